@@ -1,0 +1,363 @@
+"""GGUF v3 files: metadata, tensor table and zero-copy tensor views.
+
+The file is memory-mapped once. Scalars become Python values, numeric arrays
+become numpy views into the map, and string arrays (the 201,088-token
+vocabulary, the 446,189 merges) are indexed by a native scan and decoded only
+when asked for, which is what keeps opening a 12 GB file well under a second.
+"""
+from __future__ import annotations
+
+import enum
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from . import _kernels
+
+MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+
+
+class GGUFError(ValueError):
+    """A file that is not a well-formed GGUF file; the message names the file."""
+
+
+class ValueType(enum.IntEnum):
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+_SCALAR_DTYPES = {
+    ValueType.UINT8: np.dtype("<u1"),
+    ValueType.INT8: np.dtype("<i1"),
+    ValueType.UINT16: np.dtype("<u2"),
+    ValueType.INT16: np.dtype("<i2"),
+    ValueType.UINT32: np.dtype("<u4"),
+    ValueType.INT32: np.dtype("<i4"),
+    ValueType.FLOAT32: np.dtype("<f4"),
+    ValueType.BOOL: np.dtype("?"),
+    ValueType.UINT64: np.dtype("<u8"),
+    ValueType.INT64: np.dtype("<i8"),
+    ValueType.FLOAT64: np.dtype("<f8"),
+}
+
+
+class GGMLType(enum.IntEnum):
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q8_1 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    Q8_K = 15
+    IQ2_XXS = 16
+    IQ2_XS = 17
+    IQ3_XXS = 18
+    IQ1_S = 19
+    IQ4_NL = 20
+    IQ3_S = 21
+    IQ2_S = 22
+    IQ4_XS = 23
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    I64 = 27
+    F64 = 28
+    IQ1_M = 29
+    BF16 = 30
+    TQ1_0 = 34
+    TQ2_0 = 35
+    MXFP4 = 39
+
+
+# (values per block, bytes per block), as in ggml.
+BLOCK_SIZES: dict[GGMLType, tuple[int, int]] = {
+    GGMLType.F32: (1, 4), GGMLType.F16: (1, 2), GGMLType.Q4_0: (32, 18), GGMLType.Q4_1: (32, 20),
+    GGMLType.Q5_0: (32, 22), GGMLType.Q5_1: (32, 24), GGMLType.Q8_0: (32, 34), GGMLType.Q8_1: (32, 36),
+    GGMLType.Q2_K: (256, 84), GGMLType.Q3_K: (256, 110), GGMLType.Q4_K: (256, 144),
+    GGMLType.Q5_K: (256, 176), GGMLType.Q6_K: (256, 210), GGMLType.Q8_K: (256, 292),
+    GGMLType.IQ2_XXS: (256, 66), GGMLType.IQ2_XS: (256, 74), GGMLType.IQ3_XXS: (256, 98),
+    GGMLType.IQ1_S: (256, 50), GGMLType.IQ4_NL: (32, 18), GGMLType.IQ3_S: (256, 110),
+    GGMLType.IQ2_S: (256, 82), GGMLType.IQ4_XS: (256, 136), GGMLType.I8: (1, 1), GGMLType.I16: (1, 2),
+    GGMLType.I32: (1, 4), GGMLType.I64: (1, 8), GGMLType.F64: (1, 8), GGMLType.IQ1_M: (256, 56),
+    GGMLType.BF16: (1, 2), GGMLType.TQ1_0: (256, 54), GGMLType.TQ2_0: (256, 66),
+    GGMLType.MXFP4: (32, 17),
+}
+
+# Plain element types get a typed numpy view; block types a uint8 view per row.
+_ELEMENT_DTYPES = {
+    GGMLType.F32: np.dtype("<f4"), GGMLType.F16: np.dtype("<f2"), GGMLType.F64: np.dtype("<f8"),
+    GGMLType.I8: np.dtype("<i1"), GGMLType.I16: np.dtype("<i2"), GGMLType.I32: np.dtype("<i4"),
+    GGMLType.I64: np.dtype("<i8"), GGMLType.BF16: np.dtype("<u2"),
+}
+
+
+def type_name(type_id: int) -> str:
+    try:
+        return GGMLType(type_id).name
+    except ValueError:
+        return f"type {type_id}"
+
+
+def tensor_nbytes(type_id: int, dims: tuple[int, ...]) -> int:
+    """Bytes a tensor of this ggml type and ggml dims (innermost first) takes."""
+    block, size = BLOCK_SIZES[GGMLType(type_id)]
+    n = 1
+    for d in dims:
+        n *= d
+    return n // block * size
+
+
+class StringArray:
+    """A GGUF array of strings, decoded lazily from the memory map."""
+
+    def __init__(self, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+        self._buf, self.starts, self.lengths = buf, starts, lengths
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def raw(self, i: int) -> bytes:
+        start = int(self.starts[i])
+        return self._buf[start:start + int(self.lengths[i])].tobytes()
+
+    def __getitem__(self, i: int) -> str:
+        return self.raw(i).decode("utf-8", errors="replace")
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"StringArray(len={len(self)})"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One metadata key: its GGUF type (element type for arrays) and value."""
+    key: str
+    type: ValueType
+    value: Any
+    element_type: ValueType | None = None  # for arrays
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dims: tuple[int, ...]       # ggml order: innermost (contiguous) first
+    type: int                   # ggml type id
+    offset: int                 # absolute byte offset in the file
+    nbytes: int
+
+    @property
+    def type_name(self) -> str:
+        return type_name(self.type)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """numpy order: outermost first."""
+        return tuple(reversed(self.dims))
+
+
+class GGUFFile:
+    """A memory-mapped GGUF file. Use as a context manager or call close()."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    raise GGUFError(f"{self.path}: not a GGUF file: the file is empty")
+                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except IsADirectoryError:
+            raise GGUFError(f"{self.path}: not a GGUF file: it is a directory") from None
+        self.size = size
+        self.buf = np.frombuffer(self._mmap, dtype=np.uint8)
+        self.fields: dict[str, Field] = {}
+        self.tensors: dict[str, TensorInfo] = {}
+        self._parse()
+
+    # -- context manager ----------------------------------------------------
+    def __enter__(self) -> "GGUFFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        # Views handed out keep the map alive; drop ours and let GC unmap.
+        self.buf = None  # type: ignore[assignment]
+        self._mmap = None  # type: ignore[assignment]
+
+    # -- metadata ------------------------------------------------------------
+    def __contains__(self, key: str) -> bool:
+        return key in self.fields
+
+    def get(self, key: str, default: Any = None) -> Any:
+        field = self.fields.get(key)
+        return default if field is None else field.value
+
+    # -- tensors -------------------------------------------------------------
+    def tensor_bytes(self, name: str) -> np.ndarray:
+        """The tensor's raw bytes, a zero-copy uint8 view."""
+        t = self.tensors[name]
+        return self.buf[t.offset:t.offset + t.nbytes]
+
+    def tensor(self, name: str) -> np.ndarray:
+        """Zero-copy numpy view: element types in numpy order (outermost first);
+        block types as uint8 of shape (*outer dims, bytes per row)."""
+        t = self.tensors[name]
+        raw = self.tensor_bytes(name)
+        dtype = _ELEMENT_DTYPES.get(GGMLType(t.type))
+        if dtype is not None:
+            return raw.view(dtype).reshape(t.shape)
+        block, size = BLOCK_SIZES[GGMLType(t.type)]
+        return raw.reshape(*t.shape[:-1], t.dims[0] // block * size)
+
+    # -- parsing -------------------------------------------------------------
+    def _fail(self, what: str) -> GGUFError:
+        return GGUFError(f"{self.path}: {what}")
+
+    def _read(self, fmt: str, what: str) -> tuple:
+        n = struct.calcsize(fmt)
+        if self._pos + n > self.size:
+            raise self._fail(f"truncated header: {what} at byte {self._pos} needs {n} bytes, "
+                             f"the file has {self.size}")
+        out = struct.unpack_from(fmt, self._mmap, self._pos)
+        self._pos += n
+        return out
+
+    def _read_string(self, what: str) -> str:
+        (n,) = self._read("<Q", f"length of {what}")
+        if n > self.size - self._pos:
+            raise self._fail(f"truncated header: {what} of {n} bytes at byte {self._pos} runs past "
+                             f"the end of the file ({self.size} bytes)")
+        raw = self._mmap[self._pos:self._pos + n]
+        self._pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise self._fail(f"{what} is not valid UTF-8: {e}") from None
+
+    def _value_type(self, raw: int, key: str) -> ValueType:
+        try:
+            return ValueType(raw)
+        except ValueError:
+            raise self._fail(f"metadata key '{key}' has unknown value type {raw} "
+                             f"(expected 0..12)") from None
+
+    def _read_value(self, vtype: ValueType, key: str) -> tuple[Any, ValueType | None]:
+        if vtype == ValueType.STRING:
+            return self._read_string(f"value of '{key}'"), None
+        if vtype != ValueType.ARRAY:
+            dtype = _SCALAR_DTYPES[vtype]
+            (v,) = self._read("<" + dtype.char, f"value of '{key}'")
+            return (bool(v) if vtype == ValueType.BOOL else v), None
+        (etype_raw, count) = self._read("<IQ", f"array header of '{key}'")
+        etype = self._value_type(etype_raw, key)
+        if etype == ValueType.STRING:
+            try:
+                starts, lengths, end = _kernels.scan_string_array(self.buf, self._pos, count)
+            except IndexError as e:  # std::out_of_range
+                raise self._fail(f"truncated header: array '{key}': {e}") from None
+            self._pos = end
+            return StringArray(self.buf, starts, lengths), etype
+        if etype == ValueType.ARRAY:  # arrays of arrays are legal GGUF, if rare
+            return [self._read_value(ValueType.ARRAY, f"{key}[{i}]")[0] for i in range(count)], etype
+        dtype = _SCALAR_DTYPES[etype]
+        nbytes = count * dtype.itemsize
+        if nbytes > self.size - self._pos:
+            raise self._fail(f"truncated header: array '{key}' of {count} x {etype.name} at byte "
+                             f"{self._pos} runs past the end of the file ({self.size} bytes)")
+        arr = self.buf[self._pos:self._pos + nbytes].view(dtype)
+        self._pos += nbytes
+        return arr, etype
+
+    def _parse(self) -> None:
+        self._pos = 0
+        if self.size < 4 or self._mmap[:4] != MAGIC:
+            head = bytes(self._mmap[:4])
+            raise self._fail(f"not a GGUF file: the first 4 bytes are {head!r}, expected {MAGIC!r}")
+        self._pos = 4
+        (self.version,) = self._read("<I", "version")
+        if self.version not in SUPPORTED_VERSIONS:
+            raise self._fail(f"unsupported GGUF version {self.version} (supported: "
+                             f"{', '.join(map(str, SUPPORTED_VERSIONS))})")
+        n_tensors, n_kv = self._read("<QQ", "tensor and metadata counts")
+        # Each key takes at least 12 bytes and each tensor info 24: reject
+        # absurd counts before looping over them.
+        if n_kv * 12 + n_tensors * 24 > self.size:
+            raise self._fail(f"truncated header: {n_kv} metadata keys and {n_tensors} tensors "
+                             f"cannot fit in {self.size} bytes")
+        for _ in range(n_kv):
+            key = self._read_string("metadata key")
+            (vtype_raw,) = self._read("<I", f"value type of '{key}'")
+            vtype = self._value_type(vtype_raw, key)
+            value, etype = self._read_value(vtype, key)
+            if key in self.fields:
+                raise self._fail(f"metadata key '{key}' appears twice")
+            self.fields[key] = Field(key, vtype, value, etype)
+
+        self.alignment = DEFAULT_ALIGNMENT
+        if "general.alignment" in self.fields:
+            a = self.fields["general.alignment"]
+            if a.type != ValueType.UINT32 or a.value == 0 or a.value & (a.value - 1):
+                raise self._fail(f"general.alignment must be a UINT32 power of two, got "
+                                 f"{a.value!r} ({a.type.name})")
+            self.alignment = int(a.value)
+
+        infos = []
+        for _ in range(n_tensors):
+            name = self._read_string("tensor name")
+            (n_dims,) = self._read("<I", f"dimension count of tensor '{name}'")
+            if not 1 <= n_dims <= 4:
+                raise self._fail(f"tensor '{name}' has {n_dims} dimensions, expected 1 to 4")
+            dims = self._read("<" + "Q" * n_dims, f"dimensions of tensor '{name}'")
+            type_raw, offset = self._read("<IQ", f"type and offset of tensor '{name}'")
+            infos.append((name, tuple(int(d) for d in dims), type_raw, offset))
+
+        self.data_offset = -(-self._pos // self.alignment) * self.alignment
+        for name, dims, type_raw, offset in infos:
+            if name in self.tensors:
+                raise self._fail(f"tensor '{name}' appears twice in the tensor table")
+            try:
+                gtype = GGMLType(type_raw)
+            except ValueError:
+                raise self._fail(f"tensor '{name}' has unknown ggml type {type_raw}") from None
+            block, _ = BLOCK_SIZES[gtype]
+            if dims[0] % block:
+                raise self._fail(f"tensor '{name}': its first dimension {dims[0]} is not a multiple "
+                                 f"of the {gtype.name} block size {block}")
+            if offset % self.alignment:
+                raise self._fail(f"tensor '{name}' has misaligned offset {offset} (must be a "
+                                 f"multiple of the alignment {self.alignment})")
+            nbytes = tensor_nbytes(gtype, dims)
+            start = self.data_offset + offset
+            if start + nbytes > self.size:
+                raise self._fail(f"tensor '{name}' ({gtype.name} {list(dims)}, {nbytes} bytes at "
+                                 f"byte {start}) has data past the end of the file "
+                                 f"({self.size} bytes): the file is truncated")
+            self.tensors[name] = TensorInfo(name, dims, int(gtype), start, nbytes)

@@ -1,0 +1,276 @@
+"""Synthetic GPT-OSS GGUF files: the real layout, the real vocabulary, random
+weights.
+
+The metadata keys, their types and order, and the tensor names, types, dims
+and order follow ggml-org's gpt-oss-20b-mxfp4.gguf (llama.cpp's converter
+followed by llama-quantize MXFP4_MOE): see docs/synthetic-models.md. Weights
+are drawn so that every matrix keeps activations near unit scale, which keeps
+a forward pass finite. Tensors are generated and written one expert slice at
+a time, so memory stays bounded even for 120b.
+"""
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .gguf import GGMLType, ValueType, tensor_nbytes
+from .gguf_writer import GGUFWriter
+from .vocab import N_MERGEABLE, gguf_vocab, harmony_token_bytes
+
+V = ValueType
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    size_label: str
+    n_layer: int
+    n_embd: int = 2880
+    n_head: int = 64
+    n_head_kv: int = 8
+    head_dim: int = 64
+    n_expert: int = 32
+    n_expert_used: int = 4
+    n_ff_expert: int = 2880
+    sliding_window: int = 128
+    context_length: int = 131072
+    rope_base: float = 150000.0
+    rope_factor: float = 32.0
+    rope_original_context: int = 4096
+    rms_eps: float = 1e-5
+
+
+PRESETS = {
+    "tiny": Preset("tiny", "tiny", n_layer=4, n_embd=64, n_head=4, n_head_kv=2, head_dim=16,
+                   n_expert=8, n_expert_used=4, n_ff_expert=64, sliding_window=8),
+    # The 120b's shape of routing (128 experts, 36 layers) at tiny widths.
+    "tiny-120b": Preset("tiny-120b", "tiny", n_layer=36, n_embd=64, n_head=4, n_head_kv=2,
+                        head_dim=16, n_expert=128, n_expert_used=4, n_ff_expert=64,
+                        sliding_window=8),
+    "20b": Preset("20b", "20B", n_layer=24),
+    "120b": Preset("120b", "120B", n_layer=36, n_expert=128),
+}
+
+FILE_TYPE_MXFP4_MOE = 38
+QUANTIZATION_VERSION = 2
+
+# A harmony-format chat template (our own; the GGUF key is what matters for
+# the layout). Renders system/developer/user/assistant turns and ends with the
+# assistant's start when asked for a generation prompt.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' and message.get('thinking') -%}"
+    "<|start|>assistant<|channel|>analysis<|message|>{{ message['thinking'] }}<|end|>"
+    "{%- endif -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "<|start|>assistant<|channel|>final<|message|>{{ message['content'] }}<|end|>"
+    "{%- else -%}"
+    "<|start|>{{ message['role'] }}<|message|>{{ message['content'] }}<|end|>"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"
+)
+
+
+# ---- the file's description ------------------------------------------------
+
+@dataclass
+class TensorSpec:
+    name: str
+    dims: tuple[int, ...]         # ggml order, innermost first
+    type: GGMLType
+    init: str                     # how to draw it: see _chunks
+    scale: float = 1.0
+
+
+def metadata(p: Preset, vocab=None) -> list[tuple[str, ValueType, object, ValueType | None]]:
+    """(key, type, value, element type) in the order of ggml-org's 20b file."""
+    tokens, types, merges = gguf_vocab() if vocab is None else vocab
+    a = "gpt-oss."
+    return [
+        ("general.architecture", V.STRING, "gpt-oss", None),
+        ("general.type", V.STRING, "model", None),
+        ("general.name", V.STRING, f"Gpt Oss {p.size_label} (synthetic)", None),
+        ("general.basename", V.STRING, "gpt-oss", None),
+        ("general.size_label", V.STRING, p.size_label, None),
+        ("general.license", V.STRING, "apache-2.0", None),
+        ("general.tags", V.ARRAY, ["goosedump", "synthetic"], V.STRING),
+        (a + "block_count", V.UINT32, p.n_layer, None),
+        (a + "context_length", V.UINT32, p.context_length, None),
+        (a + "embedding_length", V.UINT32, p.n_embd, None),
+        (a + "feed_forward_length", V.UINT32, p.n_ff_expert, None),
+        (a + "attention.head_count", V.UINT32, p.n_head, None),
+        (a + "attention.head_count_kv", V.UINT32, p.n_head_kv, None),
+        (a + "rope.freq_base", V.FLOAT32, p.rope_base, None),
+        (a + "attention.layer_norm_rms_epsilon", V.FLOAT32, p.rms_eps, None),
+        (a + "expert_count", V.UINT32, p.n_expert, None),
+        (a + "expert_used_count", V.UINT32, p.n_expert_used, None),
+        (a + "attention.key_length", V.UINT32, p.head_dim, None),
+        (a + "attention.value_length", V.UINT32, p.head_dim, None),
+        (a + "attention.sliding_window", V.UINT32, p.sliding_window, None),
+        (a + "expert_feed_forward_length", V.UINT32, p.n_ff_expert, None),
+        (a + "rope.scaling.type", V.STRING, "yarn", None),
+        (a + "rope.scaling.factor", V.FLOAT32, p.rope_factor, None),
+        (a + "rope.scaling.original_context_length", V.UINT32, p.rope_original_context, None),
+        ("tokenizer.ggml.model", V.STRING, "gpt2", None),
+        ("tokenizer.ggml.pre", V.STRING, "gpt-4o", None),
+        ("tokenizer.ggml.tokens", V.ARRAY, tokens, V.STRING),
+        ("tokenizer.ggml.token_type", V.ARRAY, types, V.INT32),
+        ("tokenizer.ggml.merges", V.ARRAY, merges, V.STRING),
+        ("tokenizer.ggml.bos_token_id", V.UINT32, 199998, None),
+        ("tokenizer.ggml.eos_token_id", V.UINT32, 200002, None),
+        ("tokenizer.ggml.padding_token_id", V.UINT32, 199999, None),
+        ("tokenizer.chat_template", V.STRING, CHAT_TEMPLATE, None),
+        ("general.quantization_version", V.UINT32, QUANTIZATION_VERSION, None),
+        ("general.file_type", V.UINT32, FILE_TYPE_MXFP4_MOE, None),
+    ]
+
+
+def tensors(p: Preset, n_vocab: int) -> list[TensorSpec]:
+    """All tensors, in the order llama-quantize writes them (non-layer tensors
+    first, then by layer number, then by name)."""
+    D, E, F = p.n_embd, p.n_expert, p.n_ff_expert
+    q, kv = p.n_head * p.head_dim, p.n_head_kv * p.head_dim
+    Q8, MX, F32 = GGMLType.Q8_0, GGMLType.MXFP4, GGMLType.F32
+    out = [
+        TensorSpec("output.weight", (D, n_vocab), Q8, "matrix", D ** -0.5),
+        TensorSpec("output_norm.weight", (D,), F32, "norm"),
+        TensorSpec("token_embd.weight", (D, n_vocab), Q8, "matrix", 1.0),
+    ]
+    for i in range(p.n_layer):
+        layer = [
+            TensorSpec("attn_k.bias", (kv,), F32, "bias"),
+            TensorSpec("attn_k.weight", (D, kv), Q8, "matrix", D ** -0.5),
+            TensorSpec("attn_norm.weight", (D,), F32, "norm"),
+            TensorSpec("attn_output.bias", (D,), F32, "bias"),
+            TensorSpec("attn_output.weight", (q, D), Q8, "matrix", 0.5 * q ** -0.5),
+            TensorSpec("attn_q.bias", (q,), F32, "bias"),
+            TensorSpec("attn_q.weight", (D, q), Q8, "matrix", D ** -0.5),
+            TensorSpec("attn_sinks.weight", (p.n_head,), F32, "normal", 1.0),
+            TensorSpec("attn_v.bias", (kv,), F32, "bias"),
+            TensorSpec("attn_v.weight", (D, kv), Q8, "matrix", D ** -0.5),
+            TensorSpec("ffn_down_exps.bias", (D, E), F32, "bias"),
+            TensorSpec("ffn_down_exps.weight", (F, D, E), MX, "experts", 0.5 * F ** -0.5),
+            TensorSpec("ffn_gate_exps.bias", (F, E), F32, "bias"),
+            TensorSpec("ffn_gate_exps.weight", (D, F, E), MX, "experts", D ** -0.5),
+            TensorSpec("ffn_gate_inp.bias", (E,), F32, "bias"),
+            TensorSpec("ffn_gate_inp.weight", (D, E), F32, "normal", D ** -0.5),
+            TensorSpec("ffn_up_exps.bias", (F, E), F32, "bias"),
+            TensorSpec("ffn_up_exps.weight", (D, F, E), MX, "experts", D ** -0.5),
+            TensorSpec("post_attention_norm.weight", (D,), F32, "norm"),
+        ]
+        out += [replace(t, name=f"blk.{i}.{t.name}") for t in layer]
+    return out
+
+
+# ---- random data -------------------------------------------------------------
+
+# Root-mean-square of the doubled FP4 values over the 16 codes.
+_MXFP4_RMS = float(np.sqrt(np.mean(np.array([0, 1, 2, 3, 4, 6, 8, 12] * 2, dtype=np.float64) ** 2)))
+_INT8_RMS = float(np.sqrt(np.mean(np.arange(-128, 128, dtype=np.float64) ** 2)))
+_CHUNK = 1 << 24  # bytes per generated chunk for tensors without an expert axis
+
+
+def _rng(seed: int, name: str, part: int) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(name.encode()), part])
+
+
+def _q8_0(rng: np.random.Generator, n_blocks: int, scale: float) -> np.ndarray:
+    blocks = np.frombuffer(rng.bytes(n_blocks * 34), dtype=np.uint8).reshape(n_blocks, 34).copy()
+    d = (scale / _INT8_RMS) * rng.uniform(0.75, 1.25, n_blocks)
+    blocks[:, :2] = d.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
+    return blocks
+
+
+def _mxfp4(rng: np.random.Generator, n_blocks: int, scale: float) -> np.ndarray:
+    blocks = np.frombuffer(rng.bytes(n_blocks * 17), dtype=np.uint8).reshape(n_blocks, 17).copy()
+    e = int(round(128 + np.log2(scale / _MXFP4_RMS)))
+    blocks[:, 0] = np.clip(e + rng.integers(-1, 2, n_blocks), 1, 254)
+    return blocks
+
+
+def _chunks(t: TensorSpec, seed: int) -> Iterator[np.ndarray]:
+    nbytes = tensor_nbytes(t.type, t.dims)
+    if t.type == GGMLType.F32:
+        n = int(np.prod(t.dims))
+        rng = _rng(seed, t.name, 0)
+        if t.init == "norm":
+            yield (1.0 + 0.05 * rng.standard_normal(n)).astype("<f4")
+        elif t.init == "bias":
+            yield (0.02 * rng.standard_normal(n)).astype("<f4")
+        else:
+            yield (t.scale * rng.standard_normal(n)).astype("<f4")
+        return
+    if t.type == GGMLType.MXFP4:  # one expert at a time
+        n_experts = t.dims[2]
+        per_expert = t.dims[0] * t.dims[1] // 32
+        for e in range(n_experts):
+            yield _mxfp4(_rng(seed, t.name, e), per_expert, t.scale)
+        return
+    block_bytes = 34
+    n_blocks = nbytes // block_bytes
+    step = _CHUNK // block_bytes
+    for part, start in enumerate(range(0, n_blocks, step)):
+        yield _q8_0(_rng(seed, t.name, part), min(step, n_blocks - start), t.scale)
+
+
+def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0,
+                progress: bool = False, vocab=None,
+                edit: Callable[[list, list], None] | None = None) -> None:
+    """Write a synthetic model. `vocab` (tokens, types, merges) replaces the
+    real vocabulary (tests use small ones); `edit(kv, tensors)` may change the
+    description before anything is written (tests use it to craft bad files)."""
+    p = PRESETS[preset] if isinstance(preset, str) else preset
+    kv = metadata(p, vocab)
+    n_vocab = len(kv[[k for k, *_ in kv].index("tokenizer.ggml.tokens")][2])
+    specs = tensors(p, n_vocab)
+    if edit is not None:
+        edit(kv, specs)
+    total = sum(tensor_nbytes(t.type, t.dims) for t in specs)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                   desc=f"synth {p.name}", dynamic_ncols=True)
+    tmp = f"{os.fspath(out_path)}.partial" if os.path.basename(os.fspath(out_path)) != "null" else None
+    target = tmp or os.fspath(out_path)
+    try:
+        with open(target, "wb") as f:
+            w = GGUFWriter(f)
+            for key, vtype, value, etype in kv:
+                w.add(key, vtype, value, etype)
+            for t in specs:
+                w.add_tensor(t.name, t.dims, t.type)
+            w.write_header()
+            for t in specs:
+                def counted(chunks):
+                    for c in chunks:
+                        if bar is not None:
+                            bar.update(c.nbytes)
+                        yield c
+                w.write_tensor(t.name, counted(_chunks(t, seed)))
+            w.finish()
+        if tmp:
+            os.replace(tmp, out_path)
+    finally:
+        if bar is not None:
+            bar.close()
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def small_vocab(n_words: int = 512):
+    """A real-format vocabulary cut down to the 256 single bytes, the first
+    merges of o200k and the harmony specials: for fast tests of file handling
+    (not of tokenization)."""
+    tb = harmony_token_bytes()
+    mergeable = tb[:n_words]
+    specials = tb[N_MERGEABLE:N_MERGEABLE + 21]
+    from .vocab import hf_merges, to_gpt2_string
+    tokens = [to_gpt2_string(b) for b in mergeable] + [s.decode() for s in specials]
+    types = np.array([1] * len(mergeable) + [3] * len(specials), dtype=np.int32)
+    return tokens, types, hf_merges(mergeable + specials, len(mergeable))
