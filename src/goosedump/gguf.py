@@ -58,6 +58,13 @@ _SCALAR_DTYPES = {
 }
 
 
+_STRUCT_FORMATS = {
+    ValueType.UINT8: "<B", ValueType.INT8: "<b", ValueType.UINT16: "<H", ValueType.INT16: "<h",
+    ValueType.UINT32: "<I", ValueType.INT32: "<i", ValueType.FLOAT32: "<f", ValueType.BOOL: "<?",
+    ValueType.UINT64: "<Q", ValueType.INT64: "<q", ValueType.FLOAT64: "<d",
+}
+
+
 class GGMLType(enum.IntEnum):
     F32 = 0
     F16 = 1
@@ -273,8 +280,7 @@ class GGUFFile:
         if vtype == ValueType.STRING:
             return self._read_string(f"value of '{key}'"), None
         if vtype != ValueType.ARRAY:
-            dtype = _SCALAR_DTYPES[vtype]
-            (v,) = self._read("<" + dtype.char, f"value of '{key}'")
+            (v,) = self._read(_STRUCT_FORMATS[vtype], f"value of '{key}'")
             return (bool(v) if vtype == ValueType.BOOL else v), None
         (etype_raw, count) = self._read("<IQ", f"array header of '{key}'")
         etype = self._value_type(etype_raw, key)

@@ -8,13 +8,8 @@ from typing import Any, BinaryIO, Iterable
 
 import numpy as np
 
+from .gguf import _STRUCT_FORMATS as _PACK
 from .gguf import DEFAULT_ALIGNMENT, MAGIC, ValueType, tensor_nbytes
-
-_PACK = {
-    ValueType.UINT8: "<B", ValueType.INT8: "<b", ValueType.UINT16: "<H", ValueType.INT16: "<h",
-    ValueType.UINT32: "<I", ValueType.INT32: "<i", ValueType.FLOAT32: "<f", ValueType.BOOL: "<?",
-    ValueType.UINT64: "<Q", ValueType.INT64: "<q", ValueType.FLOAT64: "<d",
-}
 _NP = {
     ValueType.UINT8: "<u1", ValueType.INT8: "<i1", ValueType.UINT16: "<u2", ValueType.INT16: "<i2",
     ValueType.UINT32: "<u4", ValueType.INT32: "<i4", ValueType.FLOAT32: "<f4", ValueType.BOOL: "?",

@@ -90,6 +90,7 @@ class TensorSpec:
 def metadata(p: Preset, vocab=None) -> list[tuple[str, ValueType, object, ValueType | None]]:
     """(key, type, value, element type) in the order of ggml-org's 20b file."""
     tokens, types, merges = gguf_vocab() if vocab is None else vocab
+    index = {t: i for i, t in enumerate(tokens) if t.startswith("<|")}
     a = "gpt-oss."
     return [
         ("general.architecture", V.STRING, "gpt-oss", None),
@@ -121,9 +122,9 @@ def metadata(p: Preset, vocab=None) -> list[tuple[str, ValueType, object, ValueT
         ("tokenizer.ggml.tokens", V.ARRAY, tokens, V.STRING),
         ("tokenizer.ggml.token_type", V.ARRAY, types, V.INT32),
         ("tokenizer.ggml.merges", V.ARRAY, merges, V.STRING),
-        ("tokenizer.ggml.bos_token_id", V.UINT32, 199998, None),
-        ("tokenizer.ggml.eos_token_id", V.UINT32, 200002, None),
-        ("tokenizer.ggml.padding_token_id", V.UINT32, 199999, None),
+        ("tokenizer.ggml.bos_token_id", V.UINT32, index["<|startoftext|>"], None),
+        ("tokenizer.ggml.eos_token_id", V.UINT32, index["<|return|>"], None),
+        ("tokenizer.ggml.padding_token_id", V.UINT32, index["<|endoftext|>"], None),
         ("tokenizer.chat_template", V.STRING, CHAT_TEMPLATE, None),
         ("general.quantization_version", V.UINT32, QUANTIZATION_VERSION, None),
         ("general.file_type", V.UINT32, FILE_TYPE_MXFP4_MOE, None),

@@ -1,0 +1,33 @@
+import os
+
+import pytest
+
+from goosedump import synth
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory) -> str:
+    """A tiny synthetic model with the real vocabulary (written once per session)."""
+    path = tmp_path_factory.mktemp("models") / "tiny.gguf"
+    synth.write_model(path, "tiny", seed=1)
+    return os.fspath(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_path):
+    import goosedump
+    return goosedump.load(tiny_path)
+
+
+@pytest.fixture(scope="session")
+def small_vocab():
+    """A cut-down vocabulary in the real format, for fast file-handling tests."""
+    return synth.small_vocab()
+
+
+@pytest.fixture(scope="session")
+def small_model_path(tmp_path_factory, small_vocab) -> str:
+    """The tiny preset with the cut-down vocabulary."""
+    path = tmp_path_factory.mktemp("models") / "tiny-small-vocab.gguf"
+    synth.write_model(path, "tiny", seed=2, vocab=small_vocab)
+    return os.fspath(path)

@@ -1,0 +1,213 @@
+"""Bad files get specific errors naming the file, the key or tensor, and the
+expected and actual values."""
+import os
+import re
+import struct
+
+import pytest
+
+import goosedump
+from goosedump import synth
+from goosedump.gguf import GGMLType, GGUFError, GGUFFile, ValueType
+
+
+def write(tmp_path, small_vocab, edit=None, name="bad.gguf"):
+    path = tmp_path / name
+    synth.write_model(path, "tiny", seed=3, vocab=small_vocab, edit=edit)
+    return os.fspath(path)
+
+
+def expect_error(path, *fragments):
+    with pytest.raises(GGUFError) as e:
+        goosedump.load(path)
+    msg = str(e.value)
+    assert msg.startswith(path), msg
+    for frag in fragments:
+        assert re.search(frag, msg), f"{frag!r} not in {msg!r}"
+    return msg
+
+
+def set_kv(kv, key, vtype=None, value=None, remove=False):
+    i = [k for k, *_ in kv].index(key)
+    if remove:
+        del kv[i]
+    else:
+        kv[i] = (key, vtype, value, None)
+
+
+def test_valid_file_loads(tmp_path, small_vocab):
+    model = goosedump.load(write(tmp_path, small_vocab))
+    assert model.config.n_layer == 4 and model.config.n_vocab == len(small_vocab[0])
+
+
+def test_not_a_gguf(tmp_path):
+    p = tmp_path / "x.gguf"
+    p.write_bytes(b"PK\x03\x04 this is a zip")
+    expect_error(os.fspath(p), "not a GGUF file", r"b'PK\\x03\\x04'", "expected b'GGUF'")
+    p.write_bytes(b"")
+    expect_error(os.fspath(p), "not a GGUF file", "empty")
+
+
+def test_unsupported_version(tmp_path, small_vocab):
+    path = write(tmp_path, small_vocab)
+    with open(path, "r+b") as f:
+        f.seek(4)
+        f.write(struct.pack("<I", 7))
+    expect_error(path, "unsupported GGUF version 7", "supported: 2, 3")
+
+
+@pytest.mark.parametrize("where", ["version", "counts", "key", "vocabulary", "tensor table"])
+def test_truncated_header(tmp_path, small_vocab, where):
+    path = write(tmp_path, small_vocab)
+    f = GGUFFile(path)
+    vocab = f.fields["tokenizer.ggml.tokens"].value
+    keep = {"version": 6, "counts": 20, "key": 30, "vocabulary": int(vocab.starts[len(vocab) // 2]),
+            "tensor table": f.data_offset - 40}[where]
+    f.close()
+    os.truncate(path, keep)
+    expect_error(path, "truncated header|past the end")
+
+
+def test_tensor_data_past_end(tmp_path, small_vocab):
+    path = write(tmp_path, small_vocab)
+    os.truncate(path, os.path.getsize(path) - 100)
+    # The last tensor in the file loses its tail.
+    expect_error(path, "tensor 'blk.3.post_attention_norm.weight'", "past the end of the file",
+                 "truncated")
+
+
+def _tensor_info_offset_pos(path, name):
+    """Byte position of a tensor's offset field in the tensor table."""
+    with open(path, "rb") as f:
+        data = f.read()
+    key = struct.pack("<Q", len(name)) + name.encode()
+    at = data.index(key) + len(key)
+    (n_dims,) = struct.unpack_from("<I", data, at)
+    return at + 4 + 8 * n_dims + 4
+
+
+def test_misaligned_offset(tmp_path, small_vocab):
+    path = write(tmp_path, small_vocab)
+    pos = _tensor_info_offset_pos(path, "output_norm.weight")
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        (off,) = struct.unpack("<Q", f.read(8))
+        f.seek(pos)
+        f.write(struct.pack("<Q", off + 4))
+    expect_error(path, "tensor 'output_norm.weight'", f"misaligned offset {off + 4}", "multiple of "
+                 "the alignment 32")
+
+
+def test_missing_key(tmp_path, small_vocab):
+    path = write(tmp_path, small_vocab,
+                 lambda kv, t: set_kv(kv, "gpt-oss.expert_feed_forward_length", remove=True))
+    expect_error(path, "missing metadata key 'gpt-oss.expert_feed_forward_length'")
+
+
+def test_key_of_wrong_type(tmp_path, small_vocab):
+    path = write(tmp_path, small_vocab,
+                 lambda kv, t: set_kv(kv, "gpt-oss.block_count", ValueType.STRING, "four"))
+    expect_error(path, "'gpt-oss.block_count' has type STRING, expected int")
+
+
+def test_wrong_architecture(tmp_path, small_vocab):
+    path = write(tmp_path, small_vocab,
+                 lambda kv, t: set_kv(kv, "general.architecture", ValueType.STRING, "llama"))
+    expect_error(path, "wrong architecture", "'llama'", "expected 'gpt-oss'")
+
+
+def test_missing_tensor(tmp_path, small_vocab):
+    def edit(kv, tensors):
+        tensors[:] = [t for t in tensors if t.name != "blk.2.attn_sinks.weight"]
+    expect_error(write(tmp_path, small_vocab, edit), "missing tensor 'blk.2.attn_sinks.weight'",
+                 r"expected F32 \[4\]")
+
+
+def test_wrong_type(tmp_path, small_vocab):
+    def edit(kv, tensors):
+        t = next(t for t in tensors if t.name == "blk.1.attn_q.weight")
+        t.type = GGMLType.F32
+        t.init = "normal"
+    expect_error(write(tmp_path, small_vocab, edit), "tensor 'blk.1.attn_q.weight'",
+                 "wrong type F32", "expected Q8_0")
+
+
+def test_wrong_shape(tmp_path, small_vocab):
+    def edit(kv, tensors):
+        t = next(t for t in tensors if t.name == "blk.0.ffn_up_exps.weight")
+        t.dims = (64, 32, 8)
+    expect_error(write(tmp_path, small_vocab, edit), "tensor 'blk.0.ffn_up_exps.weight'",
+                 r"wrong shape \[64, 32, 8\]", r"expected \[64, 64, 8\]")
+
+
+def test_unexpected_tensor(tmp_path, small_vocab):
+    def edit(kv, tensors):
+        tensors.append(synth.TensorSpec("blk.9.attn_q.weight", (64, 64), GGMLType.Q8_0, "matrix"))
+    expect_error(write(tmp_path, small_vocab, edit), "unexpected tensor 'blk.9.attn_q.weight'")
+
+
+def test_fused_gate_up_is_refused_clearly(tmp_path, small_vocab):
+    def edit(kv, tensors):
+        for t in tensors:
+            if t.name.endswith("ffn_gate_exps.weight"):
+                t.name = t.name.replace("gate", "gate_up")
+    expect_error(write(tmp_path, small_vocab, edit), "ffn_gate_up_exps.weight", "fused gate/up",
+                 "not supported")
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("gpt-oss.attention.head_count_kv", 3, r"head_count \(4\) is not a multiple of .*head_count_kv \(3\)"),
+    ("gpt-oss.expert_used_count", 9, r"expert_used_count \(9\) exceeds gpt-oss.expert_count \(8\)"),
+    ("gpt-oss.embedding_length", 48, r"embedding_length \(48\) must be a multiple of 32"),
+    ("gpt-oss.attention.key_length", 15, r"key_length \(15\) must be even"),
+    ("gpt-oss.attention.sliding_window", 0, r"sliding_window' must be positive, got 0"),
+])
+def test_inconsistent_hyperparameters(tmp_path, small_vocab, key, value, fragment):
+    path = write(tmp_path, small_vocab, lambda kv, t: set_kv(kv, key, ValueType.UINT32, value))
+    expect_error(path, fragment)
+
+
+def test_vocab_size_must_match_embeddings(tmp_path, small_vocab):
+    tokens, types, merges = small_vocab
+    def edit(kv, tensors):
+        set_kv(kv, "tokenizer.ggml.tokens", remove=True)
+        kv.insert(0, ("tokenizer.ggml.tokens", ValueType.ARRAY, tokens[:-1], ValueType.STRING))
+    # token_embd still has the full vocabulary: the shape check names it.
+    expect_error(write(tmp_path, small_vocab, edit), "tensor 'token_embd.weight'", "wrong shape",
+                 rf"expected \[64, {len(tokens) - 1}\]")
+
+
+def test_bad_token_string(tmp_path, small_vocab):
+    tokens, types, merges = small_vocab
+    bad = list(tokens)
+    bad[300] = "caf\u4e00"  # a normal token must use the GPT-2 byte alphabet
+    expect_error(write(tmp_path, (bad, types, merges)), "token 300", "U\\+4E00",
+                 "not in the GPT-2 byte-level alphabet")
+
+
+def test_unknown_tensor_type(tmp_path, small_vocab):
+    path = write(tmp_path, small_vocab)
+    pos = _tensor_info_offset_pos(path, "output_norm.weight") - 4
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(struct.pack("<I", 77))
+    expect_error(path, "tensor 'output_norm.weight' has unknown ggml type 77")
+
+
+def test_cli_reports_errors_without_traceback(tmp_path, capsys):
+    from goosedump.cli import main
+    p = tmp_path / "junk.gguf"
+    p.write_bytes(b"junkjunkjunk")
+    assert main(["inspect", os.fspath(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("goosedump: error: ") and "not a GGUF file" in err
+    assert "Traceback" not in err
+    assert main(["inspect", os.fspath(tmp_path / "missing.gguf")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_reader_opens_without_model_checks(tmp_path, small_vocab):
+    # The file layer alone accepts any architecture.
+    path = write(tmp_path, small_vocab,
+                 lambda kv, t: set_kv(kv, "general.architecture", ValueType.STRING, "llama"))
+    assert GGUFFile(path).get("general.architecture") == "llama"

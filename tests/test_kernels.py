@@ -1,0 +1,53 @@
+"""Native dequantization, both implementations, bit-exact against gguf-py."""
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from goosedump import _kernels
+
+IMPLS = ["generic"] + (["avx2"] if _kernels.cpu_has_avx2() else [])
+
+
+def random_q8_0(rng, n_blocks):
+    raw = rng.integers(-128, 128, size=(n_blocks, 34), dtype=np.int16).astype(np.int8).view(np.uint8)
+    # scales across the fp16 range, subnormals and zero included
+    d = np.concatenate([rng.standard_normal(n_blocks - 3) * 10.0 ** rng.integers(-7, 3, n_blocks - 3),
+                        [0.0, 6e-8, -65504.0]]).astype("<f2")
+    raw[:, :2] = d.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(-1)
+
+
+def random_mxfp4(rng, n_blocks):
+    raw = rng.integers(0, 256, size=(n_blocks, 17), dtype=np.uint8)
+    raw[:3, 0] = [0, 1, 254]  # extreme exponents: 2^-128 is a float subnormal
+    return raw.reshape(-1)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("n_blocks", [3, 4, 33, 1000])
+@pytest.mark.parametrize("fmt,make,qtype", [("q8_0", random_q8_0, QT.Q8_0),
+                                             ("mxfp4", random_mxfp4, QT.MXFP4)])
+def test_dequantize_matches_gguf_py(impl, n_blocks, fmt, make, qtype):
+    rng = np.random.default_rng(n_blocks)
+    raw = make(rng, n_blocks)
+    with np.errstate(over="ignore"):  # exponent 254 times 6.0 is inf, in ggml too
+        expect = quants.dequantize(raw, qtype).reshape(-1)
+    out = np.empty(n_blocks * 32, np.float32)
+    _kernels.dequantize(fmt, raw, out, impl)
+    np.testing.assert_array_equal(out.view(np.uint32), expect.astype(np.float32).view(np.uint32))
+
+
+def test_dequantize_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="not a whole number of 34-byte blocks"):
+        _kernels.dequantize("q8_0", np.zeros(35, np.uint8), np.zeros(32, np.float32))
+    with pytest.raises(ValueError, match="output holds 31 floats, expected 32"):
+        _kernels.dequantize("mxfp4", np.zeros(17, np.uint8), np.zeros(31, np.float32))
+    with pytest.raises(ValueError, match="format must be"):
+        _kernels.dequantize("q4_0", np.zeros(18, np.uint8), np.zeros(32, np.float32))
+    with pytest.raises(ValueError, match="impl must be"):
+        _kernels.dequantize("q8_0", np.zeros(34, np.uint8), np.zeros(32, np.float32), "sse9")
+
+
+def test_auto_picks_avx2_when_available():
+    assert _kernels.active_impl() == ("avx2" if _kernels.cpu_has_avx2() else "generic")
