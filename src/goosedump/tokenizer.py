@@ -83,10 +83,13 @@ class Tokenizer:
     def encode(self, text: str, allow_special: bool = False) -> list[int]:
         """Token ids of text. Special-token strings (such as "<|start|>") become
         their ids only with allow_special; otherwise they are plain text."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
         try:
             return self._bpe.encode(text, allow_special)
-        except UnicodeEncodeError:
-            # Lone surrogates cannot be UTF-8: replace them, as tiktoken does.
+        except TypeError:
+            # Only lone surrogates stop a str from becoming UTF-8: replace
+            # them with U+FFFD, as tiktoken does.
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
             return self._bpe.encode(text, allow_special)
 

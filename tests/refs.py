@@ -1,0 +1,43 @@
+"""Independent references, built offline."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+
+from goosedump.vocab import O200K_BASE_SHA256, tiktoken_file_bytes
+
+O200K_BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+
+
+def write_tiktoken_vocab(folder: str) -> str:
+    """o200k_base.tiktoken from quicktok-v1's vocabulary, checked against the
+    published sha256; also placed where tiktoken's cache looks for it."""
+    data = tiktoken_file_bytes()
+    assert hashlib.sha256(data).hexdigest() == O200K_BASE_SHA256
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "o200k_base.tiktoken"), "wb") as f:
+        f.write(data)
+    with open(os.path.join(folder, hashlib.sha1(O200K_BASE_URL.encode()).hexdigest()), "wb") as f:
+        f.write(data)
+    return folder
+
+
+@functools.lru_cache(maxsize=1)
+def tiktoken_harmony():
+    """tiktoken's own o200k_harmony encoding (its pattern, its special
+    tokens), fed the vocabulary offline through tiktoken's file cache."""
+    folder = write_tiktoken_vocab(tempfile.mkdtemp(prefix="goosedump-tiktoken-"))
+    old = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = folder
+    try:
+        import tiktoken
+        enc = tiktoken.get_encoding("o200k_harmony")
+    finally:
+        if old is None:
+            del os.environ["TIKTOKEN_CACHE_DIR"]
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = old
+    assert enc.n_vocab == 201088
+    return enc
