@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -20,9 +19,8 @@ def _add_expert_cache(p: argparse.ArgumentParser) -> None:
 def cmd_synth(args: argparse.Namespace) -> int:
     from .synth import PRESETS, write_model
     t0 = time.perf_counter()
-    write_model(args.out, PRESETS[args.preset], seed=args.seed, progress=not args.quiet)
+    size = write_model(args.out, PRESETS[args.preset], seed=args.seed, progress=not args.quiet)
     if not args.quiet:
-        size = os.path.getsize(args.out) if os.path.exists(args.out) else 0
         print(f"wrote {args.out} ({format_bytes(size)}) in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
     return 0

@@ -93,6 +93,10 @@ class GGUFWriter:
         self._pad()
         self._next_tensor += 1
 
+    @property
+    def bytes_written(self) -> int:
+        return self._written
+
     def finish(self) -> None:
         if self._next_tensor != len(self.tensors):
             missing = self.tensors[self._next_tensor][0]

@@ -221,10 +221,11 @@ def _chunks(t: TensorSpec, seed: int) -> Iterator[np.ndarray]:
 
 def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0,
                 progress: bool = False, vocab=None,
-                edit: Callable[[list, list], None] | None = None) -> None:
+                edit: Callable[[list, list], None] | None = None) -> int:
     """Write a synthetic model. `vocab` (tokens, types, merges) replaces the
     real vocabulary (tests use small ones); `edit(kv, tensors)` may change the
-    description before anything is written (tests use it to craft bad files)."""
+    description before anything is written (tests use it to craft bad files).
+    Returns the number of bytes written."""
     p = PRESETS[preset] if isinstance(preset, str) else preset
     kv = metadata(p, vocab)
     n_vocab = len(kv[[k for k, *_ in kv].index("tokenizer.ggml.tokens")][2])
@@ -255,6 +256,7 @@ def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0
                         yield c
                 w.write_tensor(t.name, counted(_chunks(t, seed)))
             w.finish()
+            written = w.bytes_written
         if tmp:
             os.replace(tmp, out_path)
     finally:
@@ -262,6 +264,7 @@ def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0
             bar.close()
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
+    return written
 
 
 def small_vocab(n_words: int = 512):
