@@ -1,16 +1,20 @@
 // Python bindings: this file only converts arguments and registers functions.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 
 #include <stdexcept>
 
+#include "attention.h"
 #include "bpe.h"
 #include "cpu.h"
 #include "gguf_scan.h"
+#include "matmul.h"
 #include "quants.h"
+#include "threads.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -21,12 +25,89 @@ using Bytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::
 using Int64s = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Int32s = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Floats = nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Weights = nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using Matrix = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using CMatrix = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using CFloats = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Half3 = nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+using CFloats3 = nb::ndarray<const float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+using Floats3 = nb::ndarray<float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 
 gd::Impl parse_impl(const std::string& impl) {
   if (impl == "auto") return gd::Impl::Auto;
   if (impl == "generic") return gd::Impl::Generic;
   if (impl == "avx2") return gd::Impl::Avx2;
   throw std::invalid_argument("impl must be 'auto', 'generic' or 'avx2', got '" + impl + "'");
+}
+
+gd::Format parse_format(const std::string& fmt) {
+  if (fmt == "q8_0") return gd::Format::Q8_0;
+  if (fmt == "mxfp4") return gd::Format::MXFP4;
+  throw std::invalid_argument("format must be 'q8_0' or 'mxfp4', got '" + fmt + "'");
+}
+
+std::string shape_str(size_t a, size_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
+
+// W: (N, row bytes) quantized rows; returns K, checked against the row size.
+void check_weights(gd::Format f, const Weights& W, size_t K) {
+  if (K % gd::kBlock) throw std::invalid_argument("activations have " + std::to_string(K) +
+                                                  " columns, not a multiple of 32");
+  if (W.shape(1) != gd::row_bytes(f, K))
+    throw std::invalid_argument("weight rows are " + std::to_string(W.shape(1)) + " bytes, expected " +
+                                std::to_string(gd::row_bytes(f, K)) + " for " + std::to_string(K) + " columns");
+}
+
+void matmul(const std::string& fmt, Weights W, CMatrix X, Matrix out, std::optional<CFloats> bias,
+            const std::string& impl) {
+  const gd::Format f = parse_format(fmt);
+  const size_t N = W.shape(0), T = X.shape(0), K = X.shape(1);
+  check_weights(f, W, K);
+  if (out.shape(0) != T || out.shape(1) != N)
+    throw std::invalid_argument("output has shape " + shape_str(out.shape(0), out.shape(1)) + ", expected " +
+                                shape_str(T, N));
+  if (bias && bias->shape(0) != N)
+    throw std::invalid_argument("bias has " + std::to_string(bias->shape(0)) + " values, expected " + std::to_string(N));
+  const gd::Impl which = parse_impl(impl);
+  const float* b = bias ? bias->data() : nullptr;
+  nb::gil_scoped_release release;
+  gd::matmul(f, W.data(), N, K, X.data(), K, T, out.data(), N, b, which);
+}
+
+std::tuple<size_t, float> matvec_argmax(const std::string& fmt, Weights W, CFloats x, const std::string& impl) {
+  const gd::Format f = parse_format(fmt);
+  check_weights(f, W, x.shape(0));
+  const gd::Impl which = parse_impl(impl);
+  nb::gil_scoped_release release;
+  auto r = gd::matvec_argmax(f, W.data(), W.shape(0), x.shape(0), x.data(), which);
+  return {r.index, r.value};
+}
+
+void get_rows(const std::string& fmt, Weights W, Int64s rows, Matrix out, const std::string& impl) {
+  const gd::Format f = parse_format(fmt);
+  const size_t K = out.shape(1);
+  check_weights(f, W, K);
+  if (out.shape(0) != rows.shape(0)) throw std::invalid_argument("output rows must match the row ids");
+  for (size_t i = 0; i < rows.shape(0); ++i)
+    if (rows.data()[i] < 0 || size_t(rows.data()[i]) >= W.shape(0))
+      throw std::out_of_range("row id " + std::to_string(rows.data()[i]) + " at position " + std::to_string(i) +
+                              " is outside 0.." + std::to_string(W.shape(0) - 1));
+  const gd::Impl which = parse_impl(impl);
+  nb::gil_scoped_release release;
+  gd::get_rows(f, W.data(), K, rows.data(), rows.shape(0), out.data(), which);
+}
+
+void attention(CFloats3 q, Half3 k, Half3 v, std::optional<CFloats> sinks, size_t pos0, size_t window, float scale,
+               Floats3 out, const std::string& impl) {
+  gd::AttentionArgs a{q.data(), q.shape(0), q.shape(1), q.shape(2), k.data(), v.data(), k.shape(0), k.shape(1),
+                      v.shape(2), sinks ? sinks->data() : nullptr, pos0, window, scale, out.data()};
+  if (k.shape(2) != a.d) throw std::invalid_argument("keys and queries differ in head dim");
+  if (v.shape(0) != a.cap || v.shape(1) != a.KH) throw std::invalid_argument("keys and values differ in shape");
+  if (out.shape(0) != a.T || out.shape(1) != a.H || out.shape(2) != a.dv)
+    throw std::invalid_argument("output must have shape (T, H, value dim)");
+  if (sinks && sinks->shape(0) != a.H) throw std::invalid_argument("sinks must have one value per query head");
+  const gd::Impl which = parse_impl(impl);
+  nb::gil_scoped_release release;
+  gd::attention(a, which);
 }
 
 void dequantize(const std::string& fmt, Bytes raw, Floats out, const std::string& impl) {
@@ -81,6 +162,18 @@ NB_MODULE(_kernels, m) {
         "The implementation 'auto' resolves to on this CPU and environment.");
   m.def("dequantize", &dequantize, "fmt"_a, "raw"_a, "out"_a, "impl"_a = "auto",
         "Dequantize Q8_0 or MXFP4 blocks into a float32 array.");
+  m.def("matmul", &matmul, "fmt"_a, "weights"_a, "x"_a, "out"_a, "bias"_a = nb::none(), "impl"_a = "auto",
+        "out[t, n] = weights[n] . x[t] (+ bias[n]) for quantized weight rows; fp32 activations.");
+  m.def("matvec_argmax", &matvec_argmax, "fmt"_a, "weights"_a, "x"_a, "impl"_a = "auto",
+        "(n, value) of the largest weights[n] . x, without writing the products.");
+  m.def("get_rows", &get_rows, "fmt"_a, "weights"_a, "rows"_a, "out"_a, "impl"_a = "auto",
+        "Dequantize the given weight rows into out.");
+  // Keys and values are fp16 bits (pass float16 arrays as .view(uint16)); no
+  // implicit conversion, which would turn half floats into integers.
+  m.def("attention", &attention, "q"_a, "k"_a.noconvert(), "v"_a.noconvert(), "sinks"_a, "pos0"_a, "window"_a, "scale"_a, "out"_a,
+        "impl"_a = "auto", "Attention with sinks and an optional sliding window over an fp16 KV cache.");
+  m.def("set_num_threads", &gd::set_num_threads, "n"_a, "Threads for the kernels (0: one per core).");
+  m.def("num_threads", &gd::num_threads);
   m.def("scan_string_array", &scan_string_array, "buf"_a, "offset"_a, "count"_a,
         "Offsets and lengths of the strings of a GGUF string array, and the offset after it.");
 

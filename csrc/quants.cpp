@@ -34,8 +34,6 @@ float fp16_to_fp32(uint16_t h) {
   return out;
 }
 
-// 2^(e-128): the E8M0 scale with the 1/2 that undoes the doubled kvalues.
-float e8m0_to_fp32_half(uint8_t e) { return std::ldexp(1.0f, int(e) - 128); }
 
 // ---- portable reference ---------------------------------------------------
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu.h"
 
@@ -19,7 +20,15 @@ constexpr int kMxfp4Bytes = 17;
 extern const int8_t kMxfp4Values[16];
 
 float fp16_to_fp32(uint16_t h);
-float e8m0_to_fp32_half(uint8_t e);
+
+// 2^(e-128): the E8M0 scale with the 1/2 that undoes the doubled kvalues,
+// built from bits (it is on the hot path of every MXFP4 block).
+inline float e8m0_to_fp32_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23;  // e < 2: subnormal
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // Dequantize n_blocks blocks into out (32 floats per block).
 void dequantize_q8_0(const uint8_t* src, float* out, size_t n_blocks, Impl impl);

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -92,6 +93,74 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_prompt(args: argparse.Namespace):
+    given = [x for x in (args.prompt, args.prompt_file, args.prompt_ids) if x is not None]
+    if len(given) != 1:
+        raise UsageError("give exactly one of -p/--prompt, --prompt-file, --prompt-ids")
+    if args.prompt_ids is not None:
+        try:
+            return [int(x) for x in args.prompt_ids.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}") from None
+    if args.prompt_file is not None:
+        if args.prompt_file == "-":
+            return sys.stdin.read()
+        with open(args.prompt_file, encoding="utf-8") as f:
+            return f.read()
+    return args.prompt
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .hub import resolve_model
+    from .model import load
+    prompt = _read_prompt(args)
+    model = load(resolve_model(args.model), n_ctx=args.ctx, threads=args.threads)
+    on_text = None
+    if not args.json:
+        def on_text(piece: str) -> None:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    r = model.generate(prompt, max_tokens=args.max_tokens, time_budget=args.time_budget, on_text=on_text)
+    if args.json:
+        print(json.dumps(r.to_dict(), ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        print(f"[{r.prompt_tokens} prompt tokens in {r.prefill_seconds:.2f} s ({r.prefill_tokens_per_s:.1f} tok/s), "
+              f"{r.generated_tokens} generated in {r.decode_seconds:.2f} s ({r.decode_tokens_per_s:.1f} tok/s), "
+              f"stop: {r.stop_reason}]", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .model import load
+    from .synth import write_model
+    folder = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "goosedump")
+    path = os.path.join(folder, "demo-tiny.gguf")
+    if not os.path.exists(path):
+        os.makedirs(folder, exist_ok=True)
+        print(f"writing a tiny synthetic GPT-OSS model (random weights, real vocabulary) to {path}",
+              file=sys.stderr)
+        write_model(path, "tiny", seed=0, progress=True)
+    model = load(path, threads=args.threads)
+    c = model.config
+    print(f"model: {c.n_layer} layers, {c.n_expert} experts (top {c.n_expert_used}), hidden {c.n_embd}, "
+          f"vocabulary {c.n_vocab}", file=sys.stderr)
+    prompt = "<|start|>user<|message|>Say hello.<|end|><|start|>assistant"
+    ids = model.tokenizer.encode(prompt, allow_special=True)
+    print(f"prompt: {prompt!r} -> {len(ids)} tokens {ids}", file=sys.stderr)
+    print("output (random weights, so expect noise): ", end="", file=sys.stderr, flush=True)
+    r = model.generate(ids, max_tokens=args.max_tokens,
+                       on_text=lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+    print(file=sys.stderr)
+    print(f"[prefill {r.prefill_tokens_per_s:.0f} tok/s, decode {r.decode_tokens_per_s:.0f} tok/s, "
+          f"{r.generated_tokens} tokens, stop: {r.stop_reason}]", file=sys.stderr)
+    return 0
+
+
+class UsageError(ValueError):
+    pass
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     p = argparse.ArgumentParser(prog="goosedump", description=__doc__.splitlines()[0] if __doc__ else None)
@@ -113,6 +182,26 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--ctx", type=int, default=4096, help="context length for the estimate (default 4096)")
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.set_defaults(func=cmd_inspect)
+
+    r = sub.add_parser("run", help="generate text from a prompt (raw completion, greedy)")
+    r.add_argument("model", nargs="?", default=None,
+                   help="GGUF file, or a Hugging Face repo id REPO[:FILE] (default: $GOOSEDUMP_MODEL, "
+                        "else ggml-org/gpt-oss-20b-GGUF)")
+    r.add_argument("-p", "--prompt", help="prompt text (special tokens such as <|start|> are recognised)")
+    r.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file (- for stdin)")
+    r.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids (bypasses the tokenizer)")
+    r.add_argument("-n", "--max-tokens", type=int, default=256, help="tokens to generate at most (default 256)")
+    r.add_argument("--ctx", type=int, default=None, help="context length (default min(4096, the model's))")
+    r.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop generating after this many seconds")
+    r.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
+    r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    r.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("demo", help="write a tiny synthetic model into the cache and run it end to end")
+    d.add_argument("--max-tokens", type=int, default=32)
+    d.add_argument("--threads", type=int, default=None)
+    d.set_defaults(func=cmd_demo)
     return p
 
 
@@ -121,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (GGUFError, SizeError, FileNotFoundError) as e:
+    except (GGUFError, SizeError, FileNotFoundError, UsageError, ValueError, OSError) as e:
         print(f"goosedump: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,9 +6,16 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
+from typing import Callable, Sequence
+
+from . import _kernels
 from .config import ModelConfig, check_tensors, read_config
+from .forward import KVCache, Transformer
+from .generate import Generation, GenerationResult, check_context
 from .gguf import GGUFFile
 from .tokenizer import Tokenizer
+
+DEFAULT_CTX = 4096
 
 # Per-expert pieces a cache slot holds: (tensor suffix, is bias).
 EXPERT_PIECES = ("ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight",
@@ -72,13 +79,69 @@ def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int)
 class Model:
     """`goosedump.load(path)` returns this."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, threads: int | None = None):
         self.path = os.fspath(path)
         self.file = GGUFFile(self.path)
         self.config: ModelConfig = read_config(self.file)
         check_tensors(self.file, self.config)
         self.tokenizer = Tokenizer(self.file)
         self.layout = weight_layout(self.file, self.config)
+        if n_ctx is not None and not 1 <= n_ctx <= self.config.context_length:
+            raise ValueError(f"n_ctx must be between 1 and the model's context length "
+                             f"{self.config.context_length}, got {n_ctx}")
+        self.n_ctx = n_ctx or min(DEFAULT_CTX, self.config.context_length)
+        if threads is not None:
+            if threads < 0:
+                raise ValueError(f"threads must be 0 (one per core) or more, got {threads}")
+            _kernels.set_num_threads(threads)
+        self._transformer: Transformer | None = None
+        self._cache: KVCache | None = None
+
+    @property
+    def transformer(self) -> Transformer:
+        if self._transformer is None:
+            self._transformer = Transformer(self.file, self.config)
+        return self._transformer
+
+    def new_cache(self, n_ctx: int | None = None) -> KVCache:
+        return KVCache(self.config, n_ctx or self.n_ctx)
+
+    def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            # Raw text prompts may spell special tokens ("<|start|>..."), as in llama.cpp.
+            return self.tokenizer.encode(prompt, allow_special=True)
+        ids = [int(t) for t in prompt]
+        bad = [t for t in ids if not 0 <= t < self.config.n_vocab]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{self.config.n_vocab - 1})")
+        return ids
+
+    def generate_stream(self, prompt: str | Sequence[int], max_tokens: int = 256,
+                        time_budget: float | None = None) -> Generation:
+        """Greedy generation as an iterator of text pieces (each whole code
+        points); its `.result` is the GenerationResult once exhausted."""
+        ids = self._prompt_ids(prompt)
+        check_context(len(ids), max_tokens, self.n_ctx)
+        if self._cache is None:
+            self._cache = self.new_cache()
+        return Generation(self.transformer, self.tokenizer, self._cache, ids, max_tokens, time_budget)
+
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 256, time_budget: float | None = None,
+                 on_text: Callable[[str], None] | None = None) -> GenerationResult:
+        """Greedy generation from text or token ids. Stops on an end-of-generation
+        token, max_tokens, a repetition loop or the time budget (seconds)."""
+        gen = self.generate_stream(prompt, max_tokens, time_budget)
+        for piece in gen:
+            if on_text is not None:
+                on_text(piece)
+        assert gen.result is not None
+        return gen.result
+
+    def logits(self, tokens: Sequence[int]) -> "np.ndarray":
+        """Logits at every position of tokens [T, V], from a fresh cache."""
+        import numpy as np
+        cache = self.new_cache(max(len(tokens), 1))
+        return self.transformer.forward(np.asarray(tokens), cache, logits="all")
 
     @property
     def chat_template(self) -> str | None:
@@ -99,8 +162,10 @@ class Model:
                 f"hidden {c.n_embd}, vocab {c.n_vocab})")
 
 
-def load(path: str | os.PathLike) -> Model:
-    """Open a GPT-OSS GGUF file: metadata, config, tensor checks, tokenizer."""
+def load(path: str | os.PathLike, n_ctx: int | None = None, threads: int | None = None) -> Model:
+    """Open a GPT-OSS GGUF file: metadata, config, tensor checks, tokenizer.
+    n_ctx: the context a generation may fill (default min(4096, the model's));
+    threads: threads for the kernels (default one per core)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{os.fspath(path)}: no such file")
-    return Model(path)
+    return Model(path, n_ctx=n_ctx, threads=threads)

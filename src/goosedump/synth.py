@@ -85,6 +85,7 @@ class TensorSpec:
     type: GGMLType
     init: str                     # how to draw it: see _chunks
     scale: float = 1.0
+    data: np.ndarray | None = None  # given bytes instead of random ones (tests write real weights)
 
 
 def metadata(p: Preset, vocab=None) -> list[tuple[str, ValueType, object, ValueType | None]]:
@@ -196,6 +197,9 @@ def _mxfp4(rng: np.random.Generator, n_blocks: int, scale: float) -> np.ndarray:
 
 def _chunks(t: TensorSpec, seed: int) -> Iterator[np.ndarray]:
     nbytes = tensor_nbytes(t.type, t.dims)
+    if t.data is not None:
+        yield t.data
+        return
     if t.type == GGMLType.F32:
         n = int(np.prod(t.dims))
         rng = _rng(seed, t.name, 0)

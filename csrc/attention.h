@@ -1,0 +1,28 @@
+// Attention over the fp16 KV cache, with GPT-OSS's sinks and sliding window.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu.h"
+
+namespace gd {
+
+struct AttentionArgs {
+  const float* q;        // [T, H, d] queries, already rotated
+  size_t T, H, d;
+  const uint16_t* k;     // [cap, KH, d] fp16 keys; position j lives in slot j % cap
+  const uint16_t* v;     // [cap, KH, dv] fp16 values
+  size_t cap, KH, dv;
+  const float* sinks;    // [H] learned logit per head, or nullptr
+  size_t pos0;           // position of query 0; query t is at pos0 + t
+  size_t window;         // attend to the last `window` positions (0: all)
+  float scale;           // 1/sqrt(d)
+  float* out;            // [T, H, dv]
+};
+
+// For query t (position p) and head h, with kv head h / (H / KH):
+//   s_j = scale * q . k_j for j in [max(0, p - window + 1), p]
+//   out = sum_j softmax([s..., sink_h])_j v_j   (the sink column has no value)
+void attention(const AttentionArgs& a, Impl impl);
+
+}  // namespace gd

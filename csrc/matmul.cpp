@@ -1,0 +1,182 @@
+#include "matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "quants.h"
+#include "threads.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define GD_X86 1
+#endif
+
+namespace gd {
+
+size_t row_bytes(Format f, size_t K) { return K / kBlock * (f == Format::Q8_0 ? kQ8_0Bytes : kMxfp4Bytes); }
+
+namespace {
+
+constexpr size_t kRowsPerTask = 16;
+constexpr size_t kTokenTile = 8;
+
+void dequant_row(Format f, const uint8_t* row, size_t K, float* out, Impl impl) {
+  if (f == Format::Q8_0) dequantize_q8_0(row, out, K / kBlock, impl);
+  else dequantize_mxfp4(row, out, K / kBlock, impl);
+}
+
+// ---- portable reference ---------------------------------------------------
+// Dequantize one row, then plain fp32 dot products (fixed summation order:
+// the block sums, in order).
+void rows_generic(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx,
+                  size_t T, float* Y, size_t ldy, const float* bias) {
+  std::vector<float> w(K);
+  const size_t rb = row_bytes(f, K);
+  for (size_t n = n0; n < n1; ++n) {
+    dequant_row(f, W + n * rb, K, w.data(), Impl::Generic);
+    for (size_t t = 0; t < T; ++t) {
+      const float* x = X + t * ldx;
+      float acc = 0.f;
+      for (size_t k = 0; k < K; ++k) acc += w[k] * x[k];
+      Y[t * ldy + n] = acc + (bias ? bias[n] : 0.f);
+    }
+  }
+}
+
+#ifdef GD_X86
+__attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 32 weights of one block as 4 x 8 floats.
+__attribute__((target("avx2,fma,f16c"))) inline void load_block(Format f, const uint8_t* blk, __m256 w[4]) {
+  __m128i lo, hi;
+  __m256 d;
+  if (f == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    d = _mm256_set1_ps(_cvtsh_ss(h));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    lo = _mm256_castsi256_si128(q);
+    hi = _mm256_extracti128_si256(q, 1);
+  } else {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    d = _mm256_set1_ps(e8m0_to_fp32_half(blk[0]));
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+    lo = _mm_shuffle_epi8(table, _mm_and_si128(qs, mask));
+    hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), mask));
+  }
+  w[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+  w[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))));
+  w[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
+  w[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))));
+}
+
+// One row against TT tokens. Each token's four products per block form a
+// dependency chain on its accumulator; with few tokens that chain (FMA
+// latency) would bound the speed, so small tiles split it over A = 4 / TT
+// accumulators per token.
+template <int TT>
+__attribute__((target("avx2,fma,f16c"))) inline void row_tile(Format f, const uint8_t* row, size_t n_blocks,
+                                                                size_t block_bytes, const float* X, size_t ldx,
+                                                                float* out /* TT values */) {
+  constexpr int A = TT >= 4 ? 1 : 4 / TT;
+  __m256 acc[TT][A];
+  for (int t = 0; t < TT; ++t)
+    for (int a = 0; a < A; ++a) acc[t][a] = _mm256_setzero_ps();
+  for (size_t b = 0; b < n_blocks; ++b) {
+    __m256 w[4];
+    load_block(f, row + b * block_bytes, w);
+    const float* xb = X + b * kBlock;
+    for (int t = 0; t < TT; ++t) {
+      const float* x = xb + t * ldx;
+      for (int k = 0; k < 4; ++k) acc[t][k % A] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x + 8 * k), acc[t][k % A]);
+    }
+  }
+  for (int t = 0; t < TT; ++t) {
+    __m256 sum = acc[t][0];
+    for (int a = 1; a < A; ++a) sum = _mm256_add_ps(sum, acc[t][a]);
+    out[t] = hsum(sum);
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
+                                                         const float* X, size_t ldx, size_t T, float* Y, size_t ldy,
+                                                         const float* bias) {
+  const size_t rb = row_bytes(f, K), nb = K / kBlock, bb = rb / nb;
+  float tmp[kTokenTile];
+  for (size_t n = n0; n < n1; ++n) {
+    const uint8_t* row = W + n * rb;
+    const float b = bias ? bias[n] : 0.f;
+    for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
+      const size_t tt = std::min(kTokenTile, T - t0);
+      const float* Xt = X + t0 * ldx;
+      switch (tt) {
+        case 8: row_tile<8>(f, row, nb, bb, Xt, ldx, tmp); break;
+        case 7: row_tile<7>(f, row, nb, bb, Xt, ldx, tmp); break;
+        case 6: row_tile<6>(f, row, nb, bb, Xt, ldx, tmp); break;
+        case 5: row_tile<5>(f, row, nb, bb, Xt, ldx, tmp); break;
+        case 4: row_tile<4>(f, row, nb, bb, Xt, ldx, tmp); break;
+        case 3: row_tile<3>(f, row, nb, bb, Xt, ldx, tmp); break;
+        case 2: row_tile<2>(f, row, nb, bb, Xt, ldx, tmp); break;
+        default: row_tile<1>(f, row, nb, bb, Xt, ldx, tmp); break;
+      }
+      for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n] = tmp[t] + b;
+    }
+  }
+}
+#endif
+
+void rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
+          float* Y, size_t ldy, const float* bias, Impl impl) {
+#ifdef GD_X86
+  if (impl == Impl::Avx2) return rows_avx2(f, W, n0, n1, K, X, ldx, T, Y, ldy, bias);
+#endif
+  rows_generic(f, W, n0, n1, K, X, ldx, T, Y, ldy, bias);
+}
+
+}  // namespace
+
+void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size_t ldx, size_t T, float* Y,
+            size_t ldy, const float* bias, Impl impl) {
+  const Impl which = resolve_impl(impl);
+  const size_t n_tasks = (N + kRowsPerTask - 1) / kRowsPerTask;
+  parallel_for(n_tasks, [&](size_t task) {
+    const size_t n0 = task * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
+    rows(f, W, n0, n1, K, X, ldx, T, Y, ldy, bias, which);
+  });
+}
+
+ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl) {
+  const Impl which = resolve_impl(impl);
+  constexpr size_t kRows = 256;
+  const size_t n_tasks = (N + kRows - 1) / kRows;
+  std::vector<ArgMax> best(n_tasks, {0, -std::numeric_limits<float>::infinity()});
+  parallel_for(n_tasks, [&](size_t task) {
+    const size_t n0 = task * kRows, n1 = std::min(N, n0 + kRows);
+    float y[kRows];
+    rows(f, W + n0 * row_bytes(f, K), 0, n1 - n0, K, x, K, 1, y, 1, nullptr, which);
+    ArgMax b{n0, y[0]};
+    for (size_t n = n0 + 1; n < n1; ++n)
+      if (y[n - n0] > b.value) b = {n, y[n - n0]};
+    best[task] = b;
+  });
+  ArgMax out = best[0];
+  for (const auto& b : best)
+    if (b.value > out.value) out = b;
+  return out;
+}
+
+void get_rows(Format f, const uint8_t* W, size_t K, const int64_t* idx, size_t n_rows, float* out, Impl impl) {
+  const Impl which = resolve_impl(impl);
+  const size_t rb = row_bytes(f, K);
+  for (size_t i = 0; i < n_rows; ++i) dequant_row(f, W + size_t(idx[i]) * rb, K, out + i * K, which);
+}
+
+}  // namespace gd

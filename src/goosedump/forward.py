@@ -1,0 +1,272 @@
+"""The GPT-OSS forward pass.
+
+Dimension letters: T tokens in the batch, D hidden, H query heads, K kv heads,
+d head dim, E experts, k experts per token, F expert hidden, V vocabulary.
+The residual stream, norms and accumulators are fp32; the KV cache is fp16.
+Matrix products and attention run in the native extension; this file is the
+orchestration, one loop over layers, written to read like the architecture.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _kernels
+from .config import ModelConfig
+from .gguf import GGMLType, GGUFFile
+
+PREFILL_BATCH = 128
+SWIGLU_ALPHA = 1.702   # gpt-oss's SwiGLU: hard-coded in the architecture, no GGUF key
+SWIGLU_LIMIT = 7.0
+
+_FORMATS = {GGMLType.Q8_0: "q8_0", GGMLType.MXFP4: "mxfp4"}
+
+
+class ContextOverflowError(ValueError):
+    pass
+
+
+@dataclass
+class QMatrix:
+    """A quantized weight matrix: rows of output features."""
+    fmt: str
+    raw: np.ndarray   # uint8 (rows, bytes per row), a view into the file
+    bias: np.ndarray | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        out = np.empty((x.shape[0], self.raw.shape[0]), np.float32)
+        _kernels.matmul(self.fmt, self.raw, x, out, self.bias)
+        return out
+
+
+def _qmatrix(f: GGUFFile, name: str, bias: str | None = None) -> QMatrix:
+    t = f.tensors[name]
+    return QMatrix(_FORMATS[GGMLType(t.type)], f.tensor(name),
+                   None if bias is None else np.ascontiguousarray(f.tensor(bias)))
+
+
+@dataclass
+class Experts:
+    """One layer's experts: per-expert views of the stacked tensors."""
+    fmt: str
+    gate: np.ndarray       # (E, F, bytes per row of D)
+    gate_bias: np.ndarray  # (E, F)
+    up: np.ndarray
+    up_bias: np.ndarray
+    down: np.ndarray       # (E, D, bytes per row of F)
+    down_bias: np.ndarray  # (E, D)
+
+    def run(self, e: int, h: np.ndarray) -> np.ndarray:
+        """Expert e on tokens h [T, D] -> [T, D]."""
+        T = h.shape[0]
+        g = np.empty((T, self.gate.shape[1]), np.float32)
+        u = np.empty_like(g)
+        _kernels.matmul(self.fmt, self.gate[e], h, g, self.gate_bias[e])
+        _kernels.matmul(self.fmt, self.up[e], h, u, self.up_bias[e])
+        a = swiglu(g, u)
+        y = np.empty((T, self.down.shape[1]), np.float32)
+        _kernels.matmul(self.fmt, self.down[e], a, y, self.down_bias[e])
+        return y
+
+
+def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    g = np.minimum(g, SWIGLU_LIMIT)                         # gate clamped from above only
+    u = np.clip(u, -SWIGLU_LIMIT, SWIGLU_LIMIT)             # linear part clamped both ways
+    return g / (1.0 + np.exp(-SWIGLU_ALPHA * g)) * (u + 1.0)  # g * sigmoid(alpha g) * (u + 1)
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
+
+
+def yarn_rope(c: ModelConfig) -> tuple[np.ndarray, float]:
+    """Inverse frequencies per rotary pair and the cos/sin scale (YaRN)."""
+    d = c.head_dim
+    base_freq = np.float32(c.rope_base) ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d))
+    extrapolation = (1.0 / base_freq).astype(np.float32)
+    if c.rope_scaling_factor <= 1.0:
+        return extrapolation, 1.0
+    interpolation = (1.0 / (np.float32(c.rope_scaling_factor) * base_freq)).astype(np.float32)
+
+    def corr(rotations: float) -> float:
+        return d * math.log(c.rope_original_context / (rotations * 2 * math.pi)) / (2 * math.log(c.rope_base))
+
+    low = max(corr(c.yarn_beta_fast), 0.0)          # no rounding (llama.cpp rounds: a known drift)
+    high = min(corr(c.yarn_beta_slow), d - 1.0)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(d // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
+    keep = (1 - ramp).astype(np.float32)            # 1: original frequency, 0: interpolated
+    inv_freq = interpolation * (1 - keep) + extrapolation * keep
+    return inv_freq.astype(np.float32), 0.1 * math.log(c.rope_scaling_factor) + 1.0
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """NeoX style: each head's first half pairs with its second half.
+    x [T, heads, d], cos/sin [T, d/2]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[:, None, :], sin[:, None, :]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+@dataclass
+class Layer:
+    attn_norm: np.ndarray
+    attn_q: QMatrix
+    attn_k: QMatrix
+    attn_v: QMatrix
+    attn_output: QMatrix
+    attn_sinks: np.ndarray
+    post_attention_norm: np.ndarray
+    ffn_gate_inp: np.ndarray       # router (E, D), F32
+    ffn_gate_inp_bias: np.ndarray  # (E,)
+    experts: Experts
+    window: int                    # 0: full attention
+
+
+class KVCache:
+    """fp16 keys and values per layer. Sliding layers keep a ring of
+    window + PREFILL_BATCH - 1 positions (all a batch's queries can read);
+    full layers keep the whole context. `n` positions are filled."""
+
+    def __init__(self, c: ModelConfig, n_ctx: int):
+        self.n_ctx = n_ctx
+        self.k, self.v = [], []
+        for i in range(c.n_layer):
+            cap = min(n_ctx, c.sliding_window + PREFILL_BATCH - 1) if c.is_sliding(i) else n_ctx
+            self.k.append(np.zeros((cap, c.n_head_kv, c.head_dim), np.float16))
+            self.v.append(np.zeros((cap, c.n_head_kv, c.value_dim), np.float16))
+        self.n = 0
+        self.tokens: list[int] = []   # the ids whose keys and values are cached
+
+    def reset(self) -> None:
+        self.n = 0
+        self.tokens = []
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+
+
+class Transformer:
+    def __init__(self, f: GGUFFile, c: ModelConfig):
+        self.config = c
+        self.token_embd = _qmatrix(f, "token_embd.weight")
+        self.output_norm = np.ascontiguousarray(f.tensor("output_norm.weight"))
+        self.output = _qmatrix(f, "output.weight")
+        self.layers = []
+        for i in range(c.n_layer):
+            b = f"blk.{i}."
+
+            def vec(name: str) -> np.ndarray:
+                return np.ascontiguousarray(f.tensor(b + name))
+
+            exp_fmt = _FORMATS[GGMLType(f.tensors[b + "ffn_gate_exps.weight"].type)]
+            self.layers.append(Layer(
+                attn_norm=vec("attn_norm.weight"),
+                attn_q=_qmatrix(f, b + "attn_q.weight", b + "attn_q.bias"),
+                attn_k=_qmatrix(f, b + "attn_k.weight", b + "attn_k.bias"),
+                attn_v=_qmatrix(f, b + "attn_v.weight", b + "attn_v.bias"),
+                attn_output=_qmatrix(f, b + "attn_output.weight", b + "attn_output.bias"),
+                attn_sinks=vec("attn_sinks.weight"),
+                post_attention_norm=vec("post_attention_norm.weight"),
+                ffn_gate_inp=vec("ffn_gate_inp.weight"),
+                ffn_gate_inp_bias=vec("ffn_gate_inp.bias"),
+                experts=Experts(exp_fmt, f.tensor(b + "ffn_gate_exps.weight"), vec("ffn_gate_exps.bias"),
+                                f.tensor(b + "ffn_up_exps.weight"), vec("ffn_up_exps.bias"),
+                                f.tensor(b + "ffn_down_exps.weight"), vec("ffn_down_exps.bias")),
+                window=c.sliding_window if c.is_sliding(i) else 0,
+            ))
+        self.inv_freq, self.rope_scale = yarn_rope(c)
+        self.routing: list[np.ndarray] | None = None  # when a list, each batch's (layer, T, k) choices
+
+    # -- pieces ----------------------------------------------------------------
+    def rope_tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        angles = positions.astype(np.float32)[:, None] * self.inv_freq[None, :]   # [T, d/2]
+        return ((np.cos(angles) * np.float32(self.rope_scale)).astype(np.float32),
+                (np.sin(angles) * np.float32(self.rope_scale)).astype(np.float32))
+
+    def attention(self, L: Layer, i: int, h: np.ndarray, cache: KVCache, pos0: int,
+                  cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        c = self.config
+        T = h.shape[0]
+        q = L.attn_q(h).reshape(T, c.n_head, c.head_dim)            # [T, H, d]
+        k = L.attn_k(h).reshape(T, c.n_head_kv, c.head_dim)         # [T, K, d]
+        v = L.attn_v(h).reshape(T, c.n_head_kv, c.value_dim)        # [T, K, dv]
+        q = np.ascontiguousarray(apply_rope(q, cos, sin))
+        k = apply_rope(k, cos, sin)
+        kc, vc = cache.k[i], cache.v[i]
+        slots = np.arange(pos0, pos0 + T) % kc.shape[0]
+        kc[slots] = k                                               # the cache is fp16
+        vc[slots] = v
+        out = np.empty((T, c.n_head, c.value_dim), np.float32)
+        # softmax over [scores..., sink]; even layers see only the last `window` positions
+        _kernels.attention(q, kc.view(np.uint16), vc.view(np.uint16), L.attn_sinks, pos0, L.window,
+                           1.0 / math.sqrt(c.head_dim), out)
+        return L.attn_output(out.reshape(T, c.n_head * c.value_dim))  # [T, D]
+
+    def moe(self, L: Layer, h: np.ndarray) -> np.ndarray:
+        c = self.config
+        logits = h @ L.ffn_gate_inp.T + L.ffn_gate_inp_bias                     # [T, E]
+        # top-k by logit (ties: lowest index), then softmax over those k only
+        top = np.argsort(-logits, axis=-1, kind="stable")[:, :c.n_expert_used]  # [T, k]
+        top_logits = np.take_along_axis(logits, top, axis=-1)
+        w = np.exp(top_logits - top_logits.max(axis=-1, keepdims=True))
+        w /= w.sum(axis=-1, keepdims=True)
+        if self.routing is not None:
+            self.routing.append(top)
+        out = np.zeros_like(h)
+        # experts grouped by the tokens routed to them: one matrix pass per expert
+        for e in np.unique(top):
+            tok, slot = np.nonzero(top == e)
+            y = L.experts.run(int(e), np.ascontiguousarray(h[tok]))
+            np.add.at(out, tok, y * w[tok, slot, None])
+        return out
+
+    # -- the whole model -------------------------------------------------------
+    def forward(self, tokens: np.ndarray, cache: KVCache, logits: str = "last"):
+        """Run tokens (appended at cache.n) through the model in batches of
+        PREFILL_BATCH. logits: "last" -> [V] for the last token, "all" ->
+        [T, V], "argmax" -> (id, value) of the last token, "none" -> None."""
+        c = self.config
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if cache.n + len(tokens) > cache.n_ctx:
+            raise ContextOverflowError(f"{cache.n} cached + {len(tokens)} new tokens exceed the context "
+                                       f"of {cache.n_ctx}")
+        if len(tokens) and (tokens.min() < 0 or tokens.max() >= c.n_vocab):
+            bad = int(tokens[(tokens < 0) | (tokens >= c.n_vocab)][0])
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{c.n_vocab - 1})")
+        all_logits = []
+        x = None
+        for start in range(0, len(tokens), PREFILL_BATCH):
+            batch = tokens[start:start + PREFILL_BATCH]
+            x = self.forward_batch(batch, cache)
+            if logits == "all":
+                all_logits.append(self.output(rms_norm(x, self.output_norm, c.rms_eps)))
+        if logits == "all":
+            return np.concatenate(all_logits) if all_logits else np.empty((0, c.n_vocab), np.float32)
+        if logits == "none" or x is None:
+            return None
+        h = np.ascontiguousarray(rms_norm(x[-1:], self.output_norm, c.rms_eps))
+        if logits == "argmax":
+            return _kernels.matvec_argmax(self.output.fmt, self.output.raw, h[0])
+        return self.output(h)[0]
+
+    def forward_batch(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
+        """One batch: returns the residual stream after the last layer [T, D]."""
+        c = self.config
+        T, pos0 = len(tokens), cache.n
+        x = np.empty((T, c.n_embd), np.float32)
+        _kernels.get_rows(self.token_embd.fmt, self.token_embd.raw, tokens, x)  # embeddings
+        cos, sin = self.rope_tables(np.arange(pos0, pos0 + T))
+        for i, L in enumerate(self.layers):
+            h = rms_norm(x, L.attn_norm, c.rms_eps)
+            x = x + self.attention(L, i, h, cache, pos0, cos, sin)
+            h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
+            x = x + self.moe(L, h)
+        cache.n += T
+        cache.tokens.extend(int(t) for t in tokens)
+        return x

@@ -1,0 +1,151 @@
+"""The generation loop: prefill, then one token at a time, greedy, until a
+stop condition says otherwise. The loop sees token ids only; text comes from
+the tokenizer's stream decoder as code points complete."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .forward import ContextOverflowError, KVCache, Transformer
+from .tokenizer import Tokenizer
+
+# Stop reasons, as the result and the CLI's --json report them.
+STOP_EOS = "eos"                  # an end-of-generation token (<|return|>, <|call|>, <|endoftext|>)
+STOP_MAX_TOKENS = "max_tokens"
+STOP_REPETITION = "repetition"    # a repetition loop
+STOP_TIME_BUDGET = "time_budget"
+
+# A repetition loop: the last tokens repeat a cycle of period 1..32 at least
+# 4 times and over at least 16 tokens, looked for in the last 128.
+LOOP_MAX_PERIOD, LOOP_MIN_REPEATS, LOOP_MIN_TOKENS, LOOP_WINDOW = 32, 4, 16, 128
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    stop_reason: str
+    prefill_seconds: float
+    decode_seconds: float
+    decode_steps: int = 0             # forward passes after the prefill
+    eos_token_id: int | None = None   # the end-of-generation token, when that was the stop
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def generated_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        # the first generated token comes from the prefill's logits
+        n = self.decode_steps
+        return n / self.decode_seconds if n > 0 and self.decode_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "prompt_token_ids": self.prompt_token_ids, "token_ids": self.token_ids, "text": self.text,
+            "stop_reason": self.stop_reason, "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens, "prefill_seconds": self.prefill_seconds,
+            "decode_seconds": self.decode_seconds, "prefill_tokens_per_s": self.prefill_tokens_per_s,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+        }
+
+
+def repetition_loop(tokens: list[int]) -> bool:
+    """True when the tail of tokens is a loop (see LOOP_*)."""
+    tail = tokens[-LOOP_WINDOW:]
+    n = len(tail)
+    for period in range(1, min(LOOP_MAX_PERIOD, n // LOOP_MIN_REPEATS) + 1):
+        run = period  # the last `run` tokens have this period
+        while run < n and tail[n - 1 - run] == tail[n - 1 - run + period]:
+            run += 1
+        if run >= max(LOOP_MIN_TOKENS, LOOP_MIN_REPEATS * period):
+            return True
+    return False
+
+
+@dataclass
+class _State:
+    generated: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+
+
+class Generation:
+    """An iterator of text pieces; `.result` holds the GenerationResult once
+    the iteration ends (generate() runs it to the end)."""
+
+    def __init__(self, transformer: Transformer, tokenizer: Tokenizer, cache: KVCache, prompt: list[int],
+                 max_tokens: int, time_budget: float | None, on_token: Callable[[int], None] | None = None):
+        self.result: GenerationResult | None = None
+        self._it = self._run(transformer, tokenizer, cache, prompt, max_tokens, time_budget, on_token)
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._it)
+
+    def _run(self, tr: Transformer, tok: Tokenizer, cache: KVCache, prompt: list[int], max_tokens: int,
+             time_budget: float | None, on_token) -> Iterator[str]:
+        t0 = time.perf_counter()
+        deadline = None if time_budget is None else t0 + time_budget
+        cache.reset()
+        decoder = tok.stream_decoder()
+        st = _State()
+        stop, eos_id, steps = STOP_MAX_TOKENS, None, 0
+        token, _ = tr.forward(np.asarray(prompt), cache, logits="argmax")   # prefill
+        t_prefill = time.perf_counter()
+        while True:
+            if token in tok.eog_ids:
+                stop, eos_id = STOP_EOS, token
+                break
+            st.generated.append(int(token))
+            if on_token is not None:
+                on_token(int(token))
+            piece = decoder.add(int(token))
+            if piece:
+                st.pieces.append(piece)
+                yield piece
+            if len(st.generated) >= max_tokens:
+                stop = STOP_MAX_TOKENS
+                break
+            if repetition_loop(st.generated):
+                stop = STOP_REPETITION
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                stop = STOP_TIME_BUDGET
+                break
+            token, _ = tr.forward(np.asarray([token]), cache, logits="argmax")  # decode one
+            steps += 1
+        tail = decoder.flush()
+        if tail:
+            st.pieces.append(tail)
+            yield tail
+        t_end = time.perf_counter()
+        self.result = GenerationResult(
+            text="".join(st.pieces), prompt_token_ids=list(map(int, prompt)), token_ids=st.generated,
+            stop_reason=stop, prefill_seconds=t_prefill - t0, decode_seconds=t_end - t_prefill,
+            decode_steps=steps, eos_token_id=eos_id)
+
+
+def check_context(n_prompt: int, max_tokens: int, n_ctx: int) -> None:
+    """Context overflow is an error before any work is done."""
+    if n_prompt == 0:
+        raise ValueError("the prompt is empty: nothing to continue from")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if n_prompt + max_tokens > n_ctx:
+        raise ContextOverflowError(
+            f"the prompt ({n_prompt} tokens) plus max_tokens ({max_tokens}) exceeds the context of "
+            f"{n_ctx} tokens: raise the context (--ctx) or lower max_tokens (--max-tokens)")
