@@ -80,7 +80,8 @@ def build(cfg: RefConfig, vocab, path: str | os.PathLike, seed: int = 0):
 
     m = model.model
     q8(m.embed_tokens.weight, "token_embd.weight", 1.0)
-    q8(model.lm_head.weight, "output.weight", D ** -0.5)
+    # logits with a spread like a trained model's (std ~10), so greedy choices have clear margins
+    q8(model.lm_head.weight, "output.weight", 10 * D ** -0.5)
     f32(m.norm.weight, "output_norm.weight", 1 + normal((D,), 0.1))
     for i, layer in enumerate(m.layers):
         b = f"blk.{i}."

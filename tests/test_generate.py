@@ -1,0 +1,175 @@
+"""Generation: stop conditions, streaming, the result, the CLI and model names."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import goosedump
+from goosedump import synth
+from goosedump.forward import ContextOverflowError
+from goosedump.generate import repetition_loop
+from goosedump.hub import ModelNotFoundError, resolve_model
+
+PROMPT = "The quick brown fox"
+
+
+def test_max_tokens_and_result_fields(tiny_model):
+    r = tiny_model.generate(PROMPT, max_tokens=12)
+    assert r.stop_reason == "max_tokens" and r.generated_tokens == 12
+    assert r.prompt_token_ids == tiny_model.tokenizer.encode(PROMPT)
+    assert r.text == tiny_model.tokenizer.decode(r.token_ids)
+    assert r.prefill_seconds > 0 and r.decode_seconds > 0 and r.decode_steps == 11
+    d = r.to_dict()
+    for key in ("prompt_token_ids", "token_ids", "text", "stop_reason", "prompt_tokens", "generated_tokens",
+                "prefill_seconds", "decode_seconds"):
+        assert key in d
+
+
+def test_greedy_is_deterministic_and_text_or_ids_agree(tiny_model):
+    a = tiny_model.generate(PROMPT, max_tokens=10)
+    b = tiny_model.generate(tiny_model.tokenizer.encode(PROMPT), max_tokens=10)
+    assert a.token_ids == b.token_ids
+
+
+def test_stops_on_end_of_generation(tiny_model, monkeypatch):
+    first = tiny_model.generate(PROMPT, max_tokens=6).token_ids
+    # Declare the 4th generated token an end-of-generation token.
+    monkeypatch.setattr(tiny_model.tokenizer, "eog_ids", frozenset({first[3]}))
+    r = tiny_model.generate(PROMPT, max_tokens=6)
+    assert r.stop_reason == "eos" and r.eos_token_id == first[3] and r.token_ids == first[:3]
+
+
+def test_time_budget(tiny_model):
+    r = tiny_model.generate(PROMPT, max_tokens=50, time_budget=0.0)
+    assert r.stop_reason == "time_budget" and r.generated_tokens == 1
+
+
+@pytest.mark.parametrize("seq,loop", [
+    ([7] * 16, True), ([7] * 15, False),
+    ([1, 2] * 8, True), ([1, 2] * 7 + [1], False),
+    ([5, 6, 7, 8, 9] * 4, True), ([5, 6, 7, 8, 9] * 3 + [5, 6, 7, 8], False),
+    (list(range(32)) * 4, True), (list(range(33)) * 4, False),
+    ([9, 9] + list(range(20)) + [3, 4, 5] * 6, True), (list(range(100)), False),
+])
+def test_repetition_loop(seq, loop):
+    assert repetition_loop(seq) is loop
+
+
+def test_context_overflow_is_an_error_before_any_work(tiny_path):
+    model = goosedump.load(tiny_path, n_ctx=16)
+    with pytest.raises(ContextOverflowError, match=r"the prompt \(4 tokens\) plus max_tokens \(13\) exceeds "
+                                                   r"the context of 16 tokens"):
+        model.generate(PROMPT, max_tokens=13)
+    assert model._cache is None  # nothing was allocated or run
+    assert model.generate(PROMPT, max_tokens=12).generated_tokens == 12
+
+
+def test_bad_inputs(tiny_model):
+    with pytest.raises(ValueError, match="token id 201088 is outside the vocabulary"):
+        tiny_model.generate([1, 201088])
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        tiny_model.generate("")
+    with pytest.raises(ValueError, match="max_tokens must be at least 1"):
+        tiny_model.generate(PROMPT, max_tokens=0)
+
+
+def test_streaming_yields_whole_text(tiny_model):
+    gen = tiny_model.generate_stream(PROMPT, max_tokens=30)
+    pieces = list(gen)
+    assert "".join(pieces) == gen.result.text
+    assert all("\ufffd" not in p for p in pieces) or "\ufffd" in gen.result.text
+    seen = []
+    r = tiny_model.generate(PROMPT, max_tokens=30, on_text=seen.append)
+    assert seen == pieces and r.token_ids == gen.result.token_ids
+
+
+def run_cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "goosedump", *args], capture_output=True, text=True, **kw)
+
+
+def test_cli_run_streams_text(tiny_path, tiny_model):
+    out = run_cli("run", tiny_path, "-p", PROMPT, "--max-tokens", "8", "--threads", "1")
+    assert out.returncode == 0, out.stderr
+    expect = tiny_model.generate(PROMPT, max_tokens=8)
+    assert out.stdout.rstrip("\n") == expect.text
+    assert "stop: max_tokens" in out.stderr
+
+
+def test_cli_run_json_and_prompt_sources(tiny_path, tiny_model, tmp_path):
+    ids = tiny_model.tokenizer.encode(PROMPT)
+    out = run_cli("run", tiny_path, "--prompt-ids", ",".join(map(str, ids)), "-n", "5", "--json", "--ctx", "64")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["prompt_token_ids"] == ids and r["generated_tokens"] == 5 == len(r["token_ids"])
+    assert r["stop_reason"] == "max_tokens" and r["prompt_tokens"] == len(ids)
+    assert r["prefill_seconds"] > 0 and r["decode_seconds"] > 0
+    f = tmp_path / "prompt.txt"
+    f.write_text(PROMPT, encoding="utf-8")
+    out2 = run_cli("run", tiny_path, "--prompt-file", str(f), "-n", "5", "--json")
+    assert json.loads(out2.stdout)["token_ids"] == r["token_ids"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-p", "x", "--prompt-ids", "1"], "give exactly one of"),
+    (["--prompt-ids", "1,a"], "--prompt-ids must be comma-separated integers"),
+    (["-p", "x", "--ctx", "8", "-n", "8"], "exceeds the context of 8 tokens"),
+    (["--prompt-ids", "300000"], "token id 300000 is outside the vocabulary"),
+])
+def test_cli_run_errors(tiny_path, args, message):
+    out = run_cli("run", tiny_path, *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_model_names_offline_fail_at_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    t0 = time.perf_counter()
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("ggml-org/gpt-oss-20b-GGUF")
+    assert time.perf_counter() - t0 < 2
+    msg = str(e.value)
+    assert "ggml-org/gpt-oss-20b-GGUF/gpt-oss-20b-mxfp4.gguf" in msg and "HF_HUB_OFFLINE" in msg
+    monkeypatch.setenv("GOOSEDUMP_MODEL", "someone/model-GGUF:model-q8.gguf")
+    with pytest.raises(ModelNotFoundError, match="someone/model-GGUF/model-q8.gguf"):
+        resolve_model(None)
+    with pytest.raises(ModelNotFoundError, match="no such file"):
+        resolve_model("./missing/model.gguf")
+
+
+def test_model_name_found_in_the_hugging_face_cache(monkeypatch, tmp_path, tiny_path):
+    # A file already in the standard cache layout is used without the network.
+    snap = tmp_path / "models--ggml-org--gpt-oss-20b-GGUF" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (tmp_path / "models--ggml-org--gpt-oss-20b-GGUF" / "refs").mkdir()
+    (tmp_path / "models--ggml-org--gpt-oss-20b-GGUF" / "refs" / "main").write_text("abc123")
+    os.symlink(tiny_path, snap / "gpt-oss-20b-mxfp4.gguf")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as hc
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))
+    path = resolve_model(None)
+    assert os.path.samefile(path, tiny_path)
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    out = run_cli("demo", "--max-tokens", "8", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "goosedump" / "demo-tiny.gguf").exists()
+    assert "stop: max_tokens" in out.stderr and out.stdout
+
+
+def test_tiny_model_with_the_120b_routing_shape(tmp_path, small_vocab):
+    p = tmp_path / "t120.gguf"
+    synth.write_model(p, "tiny-120b", vocab=small_vocab)
+    model = goosedump.load(p)
+    c = model.config
+    assert (c.n_layer, c.n_expert, c.n_expert_used) == (36, 128, 4)
+    tr = model.transformer
+    tr.routing = []
+    r = model.generate([1, 2, 3, 4, 5], max_tokens=8)
+    assert r.generated_tokens == 8
+    experts = np.concatenate([t.ravel() for t in tr.routing])
+    assert experts.max() < 128 and len(np.unique(experts)) > 32   # routing spreads over the 128

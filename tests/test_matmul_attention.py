@@ -1,0 +1,116 @@
+"""Native matmul, argmax, row lookup and attention against float64 numpy."""
+import math
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from goosedump import _kernels
+
+IMPLS = ["generic"] + (["avx2"] if _kernels.cpu_has_avx2() else [])
+FORMATS = [("q8_0", QT.Q8_0), ("mxfp4", QT.MXFP4)]
+
+
+def quantized(rng, n, k, qtype):
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    raw = quants.quantize(w, qtype)
+    return raw, quants.dequantize(raw, qtype).astype(np.float64)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("fmt,qtype", FORMATS)
+@pytest.mark.parametrize("n,k,t", [(1, 32, 1), (31, 64, 3), (33, 96, 8), (17, 160, 9), (100, 2880, 13)])
+def test_matmul_matches_float64(impl, fmt, qtype, n, k, t):
+    rng = np.random.default_rng(n * 1000 + t)
+    raw, w = quantized(rng, n, k, qtype)
+    x = rng.standard_normal((t, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    out = np.empty((t, n), np.float32)
+    _kernels.matmul(fmt, raw, x, out, bias, impl)
+    ref = x.astype(np.float64) @ w.T + bias
+    # fp32 accumulation of k products of unit-scale values: error ~ sqrt(k) * 2^-24 * |terms|
+    tol = 1e-5 * math.sqrt(k) * np.abs(w).max() * np.abs(x).max() * 4
+    np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("fmt,qtype", FORMATS)
+def test_argmax_matches_the_products(impl, fmt, qtype):
+    rng = np.random.default_rng(5)
+    raw, w = quantized(rng, 1000, 64, qtype)
+    x = rng.standard_normal(64).astype(np.float32)
+    i, v = _kernels.matvec_argmax(fmt, raw, x, impl)
+    ref = w @ x
+    assert i == int(np.argmax(ref))
+    assert abs(v - ref[i]) < 1e-3
+
+
+def test_get_rows_and_errors():
+    rng = np.random.default_rng(1)
+    raw, w = quantized(rng, 10, 64, QT.Q8_0)
+    out = np.empty((3, 64), np.float32)
+    _kernels.get_rows("q8_0", raw, np.array([9, 0, 9]), out)
+    np.testing.assert_array_equal(out, w[[9, 0, 9]].astype(np.float32))
+    with pytest.raises(IndexError, match="row id 10 at position 1 is outside 0..9"):
+        _kernels.get_rows("q8_0", raw, np.array([0, 10]), np.empty((2, 64), np.float32))
+    with pytest.raises(ValueError, match="weight rows are 68 bytes, expected 102 for 96 columns"):
+        _kernels.matmul("q8_0", raw, np.zeros((1, 96), np.float32), np.empty((1, 10), np.float32))
+    with pytest.raises(ValueError, match=r"output has shape \(1, 9\), expected \(1, 10\)"):
+        _kernels.matmul("q8_0", raw, np.zeros((1, 64), np.float32), np.empty((1, 9), np.float32))
+
+
+def attention_reference(q, k, v, sinks, pos0, window, scale, n_kv):
+    """float64: q [T, H, d]; k, v [positions, K, d] by absolute position."""
+    T, H, _ = q.shape
+    out = np.zeros((T, H, v.shape[-1]))
+    for t in range(T):
+        p = pos0 + t
+        lo = max(0, p - window + 1) if window else 0
+        for h in range(H):
+            kh = h // (H // n_kv)
+            s = scale * (k[lo:p + 1, kh] @ q[t, h])
+            s = np.append(s, sinks[h])
+            e = np.exp(s - s.max())
+            out[t, h] = (e[:-1] / e.sum()) @ v[lo:p + 1, kh]
+    return out
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("window,cap,pos0,T", [(0, 40, 0, 40), (0, 64, 30, 1), (8, 8 + 5 - 1, 20, 5),
+                                               (4, 4, 50, 1), (16, 16 + 127, 300, 128)])
+def test_attention_matches_float64(impl, window, cap, pos0, T):
+    rng = np.random.default_rng(window + pos0)
+    H, K, d = 8, 2, 16
+    n_pos = pos0 + T
+    k_all = rng.standard_normal((n_pos, K, d)).astype(np.float16)
+    v_all = rng.standard_normal((n_pos, K, d)).astype(np.float16)
+    kc = np.zeros((cap, K, d), np.float16)
+    vc = np.zeros((cap, K, d), np.float16)
+    # the cache holds each position in slot position % cap (older ones overwritten)
+    for p in range(max(0, n_pos - cap), n_pos):
+        kc[p % cap], vc[p % cap] = k_all[p], v_all[p]
+    q = rng.standard_normal((T, H, d)).astype(np.float32)
+    sinks = rng.standard_normal(H).astype(np.float32)
+    out = np.empty((T, H, d), np.float32)
+    _kernels.attention(q, kc.view(np.uint16), vc.view(np.uint16), sinks, pos0, window, 0.25, out, impl)
+    ref = attention_reference(q.astype(np.float64), k_all.astype(np.float64), v_all.astype(np.float64),
+                              sinks.astype(np.float64), pos0, window, 0.25, K)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5)
+
+
+def test_attention_refuses_a_cache_too_small():
+    q = np.zeros((5, 2, 16), np.float32)
+    kc = np.zeros((4, 1, 16), np.uint16)
+    with pytest.raises(ValueError, match="the KV cache holds 4 positions, these queries need 8"):
+        _kernels.attention(q, kc, kc, None, 10, 4, 1.0, np.empty((5, 2, 16), np.float32))
+
+
+def test_threads_can_be_set():
+    n = _kernels.num_threads()
+    try:
+        _kernels.set_num_threads(1)
+        assert _kernels.num_threads() == 1
+        test_matmul_matches_float64("auto", "q8_0", QT.Q8_0, 33, 96, 8)
+    finally:
+        _kernels.set_num_threads(n)
