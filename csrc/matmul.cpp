@@ -1,6 +1,7 @@
 #include "matmul.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -40,6 +41,40 @@ void rows_generic(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, co
       const float* x = X + t * ldx;
       float acc = 0.f;
       for (size_t k = 0; k < K; ++k) acc += w[k] * x[k];
+      Y[t * ldy + n] = acc + (bias ? bias[n] : 0.f);
+    }
+  }
+}
+
+// The 32 weight codes of a block as int8 and its scale.
+inline float block_codes(Format f, const uint8_t* blk, int8_t w[32]) {
+  if (f == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    std::memcpy(w, blk + 2, 32);
+    return fp16_to_fp32(h);
+  }
+  for (int j = 0; j < 16; ++j) {
+    w[j] = kMxfp4Values[blk[1 + j] & 0x0F];
+    w[j + 16] = kMxfp4Values[blk[1 + j] >> 4];
+  }
+  return e8m0_to_fp32_half(blk[0]);
+}
+
+void rows_generic_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const int16_t* Q,
+                      const float* D, size_t T, float* Y, size_t ldy, const float* bias) {
+  const size_t rb = row_bytes(f, K), nb = K / kBlock, bb = rb / nb;
+  int8_t w[32];
+  for (size_t n = n0; n < n1; ++n) {
+    for (size_t t = 0; t < T; ++t) {
+      float acc = 0.f;
+      for (size_t b = 0; b < nb; ++b) {
+        const float dw = block_codes(f, W + n * rb + b * bb, w);
+        const int16_t* q = Q + t * K + b * kBlock;
+        int32_t s = 0;
+        for (int j = 0; j < 32; ++j) s += int32_t(w[j]) * q[j];
+        acc += float(s) * (dw * D[t * nb + b]);
+      }
       Y[t * ldy + n] = acc + (bias ? bias[n] : 0.f);
     }
   }
@@ -106,6 +141,84 @@ __attribute__((target("avx2,fma,f16c"))) inline void row_tile(Format f, const ui
   }
 }
 
+// The 32 weight codes of a block as two vectors of 16 int16, and its scale.
+__attribute__((target("avx2,fma,f16c"))) inline float load_codes(Format f, const uint8_t* blk, __m256i& lo,
+                                                                  __m256i& hi) {
+  float d;
+  __m128i a, b;
+  if (f == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    d = _cvtsh_ss(h);
+    a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+  } else {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    d = e8m0_to_fp32_half(blk[0]);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+    a = _mm_shuffle_epi8(table, _mm_and_si128(qs, mask));
+    b = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), mask));
+  }
+  lo = _mm256_cvtepi8_epi16(a);
+  hi = _mm256_cvtepi8_epi16(b);
+  return d;
+}
+
+template <int TT>
+__attribute__((target("avx2,fma,f16c"))) inline void row_tile_i16(Format f, const uint8_t* row, size_t n_blocks,
+                                                                    size_t block_bytes, const int16_t* Q, size_t K,
+                                                                    const float* D, float* out) {
+  constexpr int A = TT >= 2 ? 1 : 2;  // two accumulators hide the FMA latency of a single token
+  __m256 acc[TT][A];
+  for (int t = 0; t < TT; ++t)
+    for (int a = 0; a < A; ++a) acc[t][a] = _mm256_setzero_ps();
+  for (size_t b = 0; b < n_blocks; ++b) {
+    __m256i lo, hi;
+    const float dw = load_codes(f, row + b * block_bytes, lo, hi);
+    for (int t = 0; t < TT; ++t) {
+      const int16_t* q = Q + t * K + b * kBlock;
+      const __m256i s = _mm256_add_epi32(
+          _mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+          _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
+      const __m256 scale = _mm256_set1_ps(dw * D[t * n_blocks + b]);
+      acc[t][b % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t][b % A]);
+    }
+  }
+  for (int t = 0; t < TT; ++t) {
+    __m256 sum = acc[t][0];
+    for (int a = 1; a < A; ++a) sum = _mm256_add_ps(sum, acc[t][a]);
+    out[t] = hsum(sum);
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1,
+                                                             size_t K, const int16_t* Q, const float* D, size_t T,
+                                                             float* Y, size_t ldy, const float* bias) {
+  const size_t rb = row_bytes(f, K), nb = K / kBlock, bb = rb / nb;
+  float tmp[kTokenTile];
+  for (size_t n = n0; n < n1; ++n) {
+    const uint8_t* row = W + n * rb;
+    const float b = bias ? bias[n] : 0.f;
+    for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
+      const size_t tt = std::min(kTokenTile, T - t0);
+      const int16_t* Qt = Q + t0 * K;
+      const float* Dt = D + t0 * nb;
+      switch (tt) {
+        case 8: row_tile_i16<8>(f, row, nb, bb, Qt, K, Dt, tmp); break;
+        case 7: row_tile_i16<7>(f, row, nb, bb, Qt, K, Dt, tmp); break;
+        case 6: row_tile_i16<6>(f, row, nb, bb, Qt, K, Dt, tmp); break;
+        case 5: row_tile_i16<5>(f, row, nb, bb, Qt, K, Dt, tmp); break;
+        case 4: row_tile_i16<4>(f, row, nb, bb, Qt, K, Dt, tmp); break;
+        case 3: row_tile_i16<3>(f, row, nb, bb, Qt, K, Dt, tmp); break;
+        case 2: row_tile_i16<2>(f, row, nb, bb, Qt, K, Dt, tmp); break;
+        default: row_tile_i16<1>(f, row, nb, bb, Qt, K, Dt, tmp); break;
+      }
+      for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n] = tmp[t] + b;
+    }
+  }
+}
+
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
                                                          const float* X, size_t ldx, size_t T, float* Y, size_t ldy,
                                                          const float* bias) {
@@ -133,35 +246,74 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(Format f, const uint8_t*
 }
 #endif
 
-void rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
-          float* Y, size_t ldy, const float* bias, Impl impl) {
+// Activations in the form a product reads: fp32 as given, or the I16 form.
+struct ActView {
+  Acts acts;
+  const float* X;
+  size_t ldx;
+  std::vector<int16_t> q;
+  std::vector<float> d;
+  ActView(Acts a, const float* x, size_t ld, size_t T, size_t K) : acts(a), X(x), ldx(ld) {
+    if (acts == Acts::I16) {
+      q.resize(T * K);
+      d.resize(T * K / kBlock);
+      quantize_acts_i16(X, ldx, T, K, q.data(), d.data());
+    }
+  }
+};
+
+void rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T, float* Y,
+          size_t ldy, const float* bias, Impl impl) {
+  if (a.acts == Acts::I16) {
 #ifdef GD_X86
-  if (impl == Impl::Avx2) return rows_avx2(f, W, n0, n1, K, X, ldx, T, Y, ldy, bias);
+    if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, a.q.data(), a.d.data(), T, Y, ldy, bias);
 #endif
-  rows_generic(f, W, n0, n1, K, X, ldx, T, Y, ldy, bias);
+    return rows_generic_i16(f, W, n0, n1, K, a.q.data(), a.d.data(), T, Y, ldy, bias);
+  }
+#ifdef GD_X86
+  if (impl == Impl::Avx2) return rows_avx2(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
+#endif
+  rows_generic(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
 }
 
 }  // namespace
 
+void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d) {
+  const size_t nb = K / kBlock;
+  for (size_t t = 0; t < T; ++t) {
+    for (size_t b = 0; b < nb; ++b) {
+      const float* x = X + t * ldx + b * kBlock;
+      float amax = 0.f;
+      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+      const float scale = amax / 32767.f;
+      const float inv = amax > 0.f ? 32767.f / amax : 0.f;
+      d[t * nb + b] = scale;
+      for (int j = 0; j < kBlock; ++j) q[t * K + b * kBlock + j] = int16_t(std::lrintf(x[j] * inv));
+    }
+  }
+}
+
 void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size_t ldx, size_t T, float* Y,
-            size_t ldy, const float* bias, Impl impl) {
+            size_t ldy, const float* bias, Impl impl, Acts acts) {
   const Impl which = resolve_impl(impl);
+  const ActView a(acts, X, ldx, T, K);
   const size_t n_tasks = (N + kRowsPerTask - 1) / kRowsPerTask;
   parallel_for(n_tasks, [&](size_t task) {
     const size_t n0 = task * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
-    rows(f, W, n0, n1, K, X, ldx, T, Y, ldy, bias, which);
+    rows(f, W, n0, n1, K, a, T, Y, ldy, bias, which);
   });
 }
 
-ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl) {
+ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl, Acts acts) {
   const Impl which = resolve_impl(impl);
+  const ActView a(acts, x, K, 1, K);
   constexpr size_t kRows = 256;
   const size_t n_tasks = (N + kRows - 1) / kRows;
   std::vector<ArgMax> best(n_tasks, {0, -std::numeric_limits<float>::infinity()});
   parallel_for(n_tasks, [&](size_t task) {
     const size_t n0 = task * kRows, n1 = std::min(N, n0 + kRows);
     float y[kRows];
-    rows(f, W + n0 * row_bytes(f, K), 0, n1 - n0, K, x, K, 1, y, 1, nullptr, which);
+    rows(f, W + n0 * row_bytes(f, K), 0, n1 - n0, K, a, 1, y, 1, nullptr, which);
     ArgMax b{n0, y[0]};
     for (size_t n = n0 + 1; n < n1; ++n)
       if (y[n - n0] > b.value) b = {n, y[n - n0]};

@@ -13,15 +13,28 @@ namespace gd {
 
 enum class Format { Q8_0, MXFP4 };
 
+// Precision of the activations inside a product:
+//   F32: fp32 times the dequantized weights, fp32 accumulation;
+//   I16: each 32-block of activations scaled to int16 (relative error at most
+//        2^-16 of the block's largest value, 256x finer than llama.cpp's
+//        8-bit blocks and 32x finer than the fp16 KV cache), exact int32 block
+//        sums of int16 x weight codes, then fp32 accumulation of the scaled
+//        block sums. Half the instructions per weight of F32.
+enum class Acts { F32, I16 };
+
 size_t row_bytes(Format f, size_t K);
 
 void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size_t ldx, size_t T,
-            float* Y, size_t ldy, const float* bias, Impl impl);
+            float* Y, size_t ldy, const float* bias, Impl impl, Acts acts = Acts::I16);
 
 // Greedy decoding without writing the logits: the row n with the largest
 // W[n] . x (+ bias[n]); ties go to the lowest n. Returns (n, value).
 struct ArgMax { size_t index; float value; };
-ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl);
+ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl,
+                     Acts acts = Acts::I16);
+
+// The I16 form of activations: q[t*K + k], one scale per 32-block d[t*K/32 + b].
+void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d);
 
 // Dequantize whole rows (embedding lookup): out[i] = W[rows[i]].
 void get_rows(Format f, const uint8_t* W, size_t K, const int64_t* rows, size_t n_rows, float* out, Impl impl);

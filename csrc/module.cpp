@@ -57,8 +57,14 @@ void check_weights(gd::Format f, const Weights& W, size_t K) {
                                 std::to_string(gd::row_bytes(f, K)) + " for " + std::to_string(K) + " columns");
 }
 
+gd::Acts parse_acts(const std::string& acts) {
+  if (acts == "i16") return gd::Acts::I16;
+  if (acts == "f32") return gd::Acts::F32;
+  throw std::invalid_argument("acts must be 'i16' or 'f32', got '" + acts + "'");
+}
+
 void matmul(const std::string& fmt, Weights W, CMatrix X, Matrix out, std::optional<CFloats> bias,
-            const std::string& impl) {
+            const std::string& impl, const std::string& acts) {
   const gd::Format f = parse_format(fmt);
   const size_t N = W.shape(0), T = X.shape(0), K = X.shape(1);
   check_weights(f, W, K);
@@ -68,17 +74,20 @@ void matmul(const std::string& fmt, Weights W, CMatrix X, Matrix out, std::optio
   if (bias && bias->shape(0) != N)
     throw std::invalid_argument("bias has " + std::to_string(bias->shape(0)) + " values, expected " + std::to_string(N));
   const gd::Impl which = parse_impl(impl);
+  const gd::Acts a = parse_acts(acts);
   const float* b = bias ? bias->data() : nullptr;
   nb::gil_scoped_release release;
-  gd::matmul(f, W.data(), N, K, X.data(), K, T, out.data(), N, b, which);
+  gd::matmul(f, W.data(), N, K, X.data(), K, T, out.data(), N, b, which, a);
 }
 
-std::tuple<size_t, float> matvec_argmax(const std::string& fmt, Weights W, CFloats x, const std::string& impl) {
+std::tuple<size_t, float> matvec_argmax(const std::string& fmt, Weights W, CFloats x, const std::string& impl,
+                                        const std::string& acts) {
   const gd::Format f = parse_format(fmt);
   check_weights(f, W, x.shape(0));
   const gd::Impl which = parse_impl(impl);
+  const gd::Acts a = parse_acts(acts);
   nb::gil_scoped_release release;
-  auto r = gd::matvec_argmax(f, W.data(), W.shape(0), x.shape(0), x.data(), which);
+  auto r = gd::matvec_argmax(f, W.data(), W.shape(0), x.shape(0), x.data(), which, a);
   return {r.index, r.value};
 }
 
@@ -163,8 +172,10 @@ NB_MODULE(_kernels, m) {
   m.def("dequantize", &dequantize, "fmt"_a, "raw"_a, "out"_a, "impl"_a = "auto",
         "Dequantize Q8_0 or MXFP4 blocks into a float32 array.");
   m.def("matmul", &matmul, "fmt"_a, "weights"_a, "x"_a, "out"_a, "bias"_a = nb::none(), "impl"_a = "auto",
-        "out[t, n] = weights[n] . x[t] (+ bias[n]) for quantized weight rows; fp32 activations.");
-  m.def("matvec_argmax", &matvec_argmax, "fmt"_a, "weights"_a, "x"_a, "impl"_a = "auto",
+        "acts"_a = "i16",
+        "out[t, n] = weights[n] . x[t] (+ bias[n]) for quantized weight rows; activations as int16 blocks "
+        "(acts='i16') or fp32 (acts='f32').");
+  m.def("matvec_argmax", &matvec_argmax, "fmt"_a, "weights"_a, "x"_a, "impl"_a = "auto", "acts"_a = "i16",
         "(n, value) of the largest weights[n] . x, without writing the products.");
   m.def("get_rows", &get_rows, "fmt"_a, "weights"_a, "rows"_a, "out"_a, "impl"_a = "auto",
         "Dequantize the given weight rows into out.");

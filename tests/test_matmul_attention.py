@@ -19,18 +19,22 @@ def quantized(rng, n, k, qtype):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("acts", ["f32", "i16"])
 @pytest.mark.parametrize("fmt,qtype", FORMATS)
 @pytest.mark.parametrize("n,k,t", [(1, 32, 1), (31, 64, 3), (33, 96, 8), (17, 160, 9), (100, 2880, 13)])
-def test_matmul_matches_float64(impl, fmt, qtype, n, k, t):
+def test_matmul_matches_float64(impl, acts, fmt, qtype, n, k, t):
     rng = np.random.default_rng(n * 1000 + t)
     raw, w = quantized(rng, n, k, qtype)
     x = rng.standard_normal((t, k)).astype(np.float32)
+    x[0, :32] = 0  # an all-zero activation block
     bias = rng.standard_normal(n).astype(np.float32)
     out = np.empty((t, n), np.float32)
-    _kernels.matmul(fmt, raw, x, out, bias, impl)
+    _kernels.matmul(fmt, raw, x, out, bias, impl, acts)
     ref = x.astype(np.float64) @ w.T + bias
-    # fp32 accumulation of k products of unit-scale values: error ~ sqrt(k) * 2^-24 * |terms|
-    tol = 1e-5 * math.sqrt(k) * np.abs(w).max() * np.abs(x).max() * 4
+    # fp32 accumulation: error ~ sqrt(k) * 2^-24 per unit term; int16 activation
+    # blocks add up to 2^-16 of each block's largest value per product.
+    per_term = 2.0 ** -24 if acts == "f32" else 2.0 ** -16
+    tol = 4 * per_term * math.sqrt(k) * np.abs(w).max() * np.abs(x).max() + 1e-6 * np.abs(ref).max()
     np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
 
 
@@ -56,6 +60,8 @@ def test_get_rows_and_errors():
         _kernels.get_rows("q8_0", raw, np.array([0, 10]), np.empty((2, 64), np.float32))
     with pytest.raises(ValueError, match="weight rows are 68 bytes, expected 102 for 96 columns"):
         _kernels.matmul("q8_0", raw, np.zeros((1, 96), np.float32), np.empty((1, 10), np.float32))
+    with pytest.raises(ValueError, match="acts must be 'i16' or 'f32'"):
+        _kernels.matmul("q8_0", raw, np.zeros((1, 64), np.float32), np.empty((1, 10), np.float32), acts="i8")
     with pytest.raises(ValueError, match=r"output has shape \(1, 9\), expected \(1, 10\)"):
         _kernels.matmul("q8_0", raw, np.zeros((1, 64), np.float32), np.empty((1, 9), np.float32))
 
@@ -111,6 +117,6 @@ def test_threads_can_be_set():
     try:
         _kernels.set_num_threads(1)
         assert _kernels.num_threads() == 1
-        test_matmul_matches_float64("auto", "q8_0", QT.Q8_0, 33, 96, 8)
+        test_matmul_matches_float64("auto", "i16", "q8_0", QT.Q8_0, 33, 96, 8)
     finally:
         _kernels.set_num_threads(n)

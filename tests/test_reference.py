@@ -76,11 +76,14 @@ def test_logits_at_every_position(pair):
     # times that relative to their scale. 1% of the largest logit bounds it
     # with room, and is far below the gaps that decide greedy tokens.
     assert np.abs(ours - ref).max() < 1e-2 * scale
-    # With the reference's cache rounded to fp16 too, only fp32 summation order
-    # remains: ~1e-6 relative per product, amplified mildly through the layers.
+    # With the reference's cache rounded to fp16 too, what remains is the
+    # activations' int16 blocks inside the quantized products (each value within
+    # 2^-16 of its block's largest, ~1.5e-5) and fp32 summation order; measured
+    # 0.4-1.3e-4 of the largest logit on these models (with fp32 activations:
+    # 0.2-0.6e-4; benchmarks/activation_precision.py), bounded here at 3e-4.
     with fp16_kv_cache(hf):
         ref16 = hf_logits(hf, prompt)
-    assert np.abs(ours - ref16).max() < 2e-4 * scale
+    assert np.abs(ours - ref16).max() < 3e-4 * scale
     assert (ours.argmax(-1) == ref16.argmax(-1)).all()
 
 

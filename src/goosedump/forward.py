@@ -9,6 +9,7 @@ orchestration, one loop over layers, written to read like the architecture.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,10 @@ from .config import ModelConfig
 from .gguf import GGMLType, GGUFFile
 
 PREFILL_BATCH = 128
+# Precision of activations inside quantized products (csrc/matmul.h): "i16"
+# (default, chosen by benchmarks/activation_precision.py: same agreement with
+# the reference as fp32 at 1.3-1.4x the speed) or "f32".
+ACTIVATIONS = os.environ.get("GOOSEDUMP_ACTIVATIONS", "i16")
 SWIGLU_ALPHA = 1.702   # gpt-oss's SwiGLU: hard-coded in the architecture, no GGUF key
 SWIGLU_LIMIT = 7.0
 
@@ -37,7 +42,7 @@ class QMatrix:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         out = np.empty((x.shape[0], self.raw.shape[0]), np.float32)
-        _kernels.matmul(self.fmt, self.raw, x, out, self.bias)
+        _kernels.matmul(self.fmt, self.raw, x, out, self.bias, acts=ACTIVATIONS)
         return out
 
 
@@ -63,11 +68,11 @@ class Experts:
         T = h.shape[0]
         g = np.empty((T, self.gate.shape[1]), np.float32)
         u = np.empty_like(g)
-        _kernels.matmul(self.fmt, self.gate[e], h, g, self.gate_bias[e])
-        _kernels.matmul(self.fmt, self.up[e], h, u, self.up_bias[e])
+        _kernels.matmul(self.fmt, self.gate[e], h, g, self.gate_bias[e], acts=ACTIVATIONS)
+        _kernels.matmul(self.fmt, self.up[e], h, u, self.up_bias[e], acts=ACTIVATIONS)
         a = swiglu(g, u)
         y = np.empty((T, self.down.shape[1]), np.float32)
-        _kernels.matmul(self.fmt, self.down[e], a, y, self.down_bias[e])
+        _kernels.matmul(self.fmt, self.down[e], a, y, self.down_bias[e], acts=ACTIVATIONS)
         return y
 
 
@@ -252,7 +257,7 @@ class Transformer:
             return None
         h = np.ascontiguousarray(rms_norm(x[-1:], self.output_norm, c.rms_eps))
         if logits == "argmax":
-            return _kernels.matvec_argmax(self.output.fmt, self.output.raw, h[0])
+            return _kernels.matvec_argmax(self.output.fmt, self.output.raw, h[0], acts=ACTIVATIONS)
         return self.output(h)[0]
 
     def forward_batch(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:

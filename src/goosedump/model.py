@@ -101,6 +101,10 @@ class Model:
     def transformer(self) -> Transformer:
         if self._transformer is None:
             self._transformer = Transformer(self.file, self.config)
+            # Every weight is read in place from the memory map (until the
+            # expert store lands): map it all now rather than fault page by
+            # page inside the first tokens.
+            self.file.populate(self.file.data_offset)
         return self._transformer
 
     def new_cache(self, n_ctx: int | None = None) -> KVCache:
