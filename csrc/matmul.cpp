@@ -246,24 +246,18 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(Format f, const uint8_t*
 }
 #endif
 
-// Activations in the form a product reads: fp32 as given, or the I16 form.
-struct ActView {
-  Acts acts;
-  const float* X;
-  size_t ldx;
-  std::vector<int16_t> q;
-  std::vector<float> d;
-  ActView(Acts a, const float* x, size_t ld, size_t T, size_t K) : acts(a), X(x), ldx(ld) {
-    if (acts == Acts::I16) {
-      q.resize(T * K);
-      d.resize(T * K / kBlock);
-      quantize_acts_i16(X, ldx, T, K, q.data(), d.data());
-    }
-  }
-};
+}  // namespace
 
-void rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T, float* Y,
-          size_t ldy, const float* bias, Impl impl) {
+ActView::ActView(Acts a, const float* x, size_t ld, size_t T, size_t K) : acts(a), X(x), ldx(ld) {
+  if (acts == Acts::I16) {
+    q.resize(T * K);
+    d.resize(T * K / kBlock);
+    quantize_acts_i16(X, ldx, T, K, q.data(), d.data());
+  }
+}
+
+void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
+                 float* Y, size_t ldy, const float* bias, Impl impl) {
   if (a.acts == Acts::I16) {
 #ifdef GD_X86
     if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, a.q.data(), a.d.data(), T, Y, ldy, bias);
@@ -275,8 +269,6 @@ void rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActV
 #endif
   rows_generic(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
 }
-
-}  // namespace
 
 void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d) {
   const size_t nb = K / kBlock;
@@ -300,7 +292,7 @@ void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size
   const size_t n_tasks = (N + kRowsPerTask - 1) / kRowsPerTask;
   parallel_for(n_tasks, [&](size_t task) {
     const size_t n0 = task * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
-    rows(f, W, n0, n1, K, a, T, Y, ldy, bias, which);
+    matmul_rows(f, W, n0, n1, K, a, T, Y, ldy, bias, which);
   });
 }
 
@@ -313,7 +305,7 @@ ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float
   parallel_for(n_tasks, [&](size_t task) {
     const size_t n0 = task * kRows, n1 = std::min(N, n0 + kRows);
     float y[kRows];
-    rows(f, W + n0 * row_bytes(f, K), 0, n1 - n0, K, a, 1, y, 1, nullptr, which);
+    matmul_rows(f, W + n0 * row_bytes(f, K), 0, n1 - n0, K, a, 1, y, 1, nullptr, which);
     ArgMax b{n0, y[0]};
     for (size_t n = n0 + 1; n < n1; ++n)
       if (y[n - n0] > b.value) b = {n, y[n - n0]};

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cpu.h"
 
@@ -32,6 +33,22 @@ void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size
 struct ArgMax { size_t index; float value; };
 ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl,
                      Acts acts = Acts::I16);
+
+// Activations in the form a product reads: fp32 as given, or the I16 form
+// (quantized once, shared by every row).
+struct ActView {
+  Acts acts;
+  const float* X;
+  size_t ldx;
+  std::vector<int16_t> q;
+  std::vector<float> d;
+  ActView(Acts a, const float* x, size_t ld, size_t T, size_t K);
+};
+
+// Rows [n0, n1) of a product, on the calling thread (for callers that split
+// work themselves).
+void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
+                 float* Y, size_t ldy, const float* bias, Impl impl);
 
 // The I16 form of activations: q[t*K + k], one scale per 32-block d[t*K/32 + b].
 void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d);

@@ -54,7 +54,7 @@ def _qmatrix(f: GGUFFile, name: str, bias: str | None = None) -> QMatrix:
 
 @dataclass
 class Experts:
-    """One layer's experts: per-expert views of the stacked tensors."""
+    """One layer's experts: the stacked tensors, each expert a contiguous slice."""
     fmt: str
     gate: np.ndarray       # (E, F, bytes per row of D)
     gate_bias: np.ndarray  # (E, F)
@@ -63,23 +63,15 @@ class Experts:
     down: np.ndarray       # (E, D, bytes per row of F)
     down_bias: np.ndarray  # (E, D)
 
-    def run(self, e: int, h: np.ndarray) -> np.ndarray:
-        """Expert e on tokens h [T, D] -> [T, D]."""
-        T = h.shape[0]
-        g = np.empty((T, self.gate.shape[1]), np.float32)
-        u = np.empty_like(g)
-        _kernels.matmul(self.fmt, self.gate[e], h, g, self.gate_bias[e], acts=ACTIVATIONS)
-        _kernels.matmul(self.fmt, self.up[e], h, u, self.up_bias[e], acts=ACTIVATIONS)
-        a = swiglu(g, u)
-        y = np.empty((T, self.down.shape[1]), np.float32)
-        _kernels.matmul(self.fmt, self.down[e], a, y, self.down_bias[e], acts=ACTIVATIONS)
-        return y
-
-
-def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
-    g = np.minimum(g, SWIGLU_LIMIT)                         # gate clamped from above only
-    u = np.clip(u, -SWIGLU_LIMIT, SWIGLU_LIMIT)             # linear part clamped both ways
-    return g / (1.0 + np.exp(-SWIGLU_ALPHA * g)) * (u + 1.0)  # g * sigmoid(alpha g) * (u + 1)
+    def __call__(self, h: np.ndarray, chosen: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """sum_j weights[t, j] * expert_{chosen[t, j]}(h[t]) -> [T, D]. Native:
+        tokens grouped by expert, all gate/up rows in one parallel pass, the
+        SwiGLU (gate clamped above at 7, up to [-7, 7], g sigmoid(1.702 g)
+        (u + 1)), then all down rows."""
+        out = np.empty_like(h)
+        _kernels.moe(self.fmt, self.gate, self.gate_bias, self.up, self.up_bias, self.down, self.down_bias,
+                     h, chosen, weights, out, SWIGLU_ALPHA, SWIGLU_LIMIT, acts=ACTIVATIONS)
+        return out
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -223,13 +215,8 @@ class Transformer:
         w /= w.sum(axis=-1, keepdims=True)
         if self.routing is not None:
             self.routing.append(top)
-        out = np.zeros_like(h)
         # experts grouped by the tokens routed to them: one matrix pass per expert
-        for e in np.unique(top):
-            tok, slot = np.nonzero(top == e)
-            y = L.experts.run(int(e), np.ascontiguousarray(h[tok]))
-            np.add.at(out, tok, y * w[tok, slot, None])
-        return out
+        return L.experts(h, np.ascontiguousarray(top, dtype=np.int64), w.astype(np.float32))
 
     # -- the whole model -------------------------------------------------------
     def forward(self, tokens: np.ndarray, cache: KVCache, logits: str = "last"):

@@ -1,0 +1,103 @@
+#include "moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "threads.h"
+
+namespace gd {
+
+void moe(const MoeArgs& a, Impl impl, Acts acts) {
+  for (size_t i = 0; i < a.T * a.k; ++i)
+    if (a.experts[i] < 0 || size_t(a.experts[i]) >= a.E)
+      throw std::out_of_range("expert id " + std::to_string(a.experts[i]) + " is outside 0.." +
+                              std::to_string(a.E - 1));
+  // Group: for each used expert, its tokens and their weights.
+  struct Group { size_t e; std::vector<size_t> tok; std::vector<float> w; };
+  std::vector<Group> groups;
+  {
+    std::vector<long> index(a.E, -1);
+    for (size_t t = 0; t < a.T; ++t)
+      for (size_t j = 0; j < a.k; ++j) {
+        const size_t e = size_t(a.experts[t * a.k + j]);
+        if (index[e] < 0) { index[e] = long(groups.size()); groups.push_back({e, {}, {}}); }
+        groups[index[e]].tok.push_back(t);
+        groups[index[e]].w.push_back(a.weights[t * a.k + j]);
+      }
+  }
+  const size_t F = a.F, D = a.D, G = groups.size();
+  const size_t gate_rb = row_bytes(a.fmt, D), down_rb = row_bytes(a.fmt, F);
+  // Gathered inputs and intermediates per group.
+  std::vector<std::vector<float>> x(G), gu(G), act(G), y(G);
+  std::vector<size_t> n_tok(G);
+  for (size_t g = 0; g < G; ++g) {
+    const auto& grp = groups[g];
+    n_tok[g] = grp.tok.size();
+    x[g].resize(n_tok[g] * D);
+    for (size_t i = 0; i < n_tok[g]; ++i) std::memcpy(&x[g][i * D], a.h + grp.tok[i] * D, D * sizeof(float));
+    gu[g].resize(2 * n_tok[g] * F);
+    act[g].resize(n_tok[g] * F);
+    y[g].resize(n_tok[g] * D);
+  }
+  const Impl which = resolve_impl(impl);
+  constexpr size_t kRows = 32;
+
+  // Phase 1: gate and up rows of every group: tasks (group, gate|up, row chunk).
+  {
+    std::vector<ActView> xs;
+    xs.reserve(G);
+    for (size_t g = 0; g < G; ++g) xs.emplace_back(acts, x[g].data(), D, n_tok[g], D);
+    const size_t chunks = (F + kRows - 1) / kRows;
+    parallel_for(G * 2 * chunks, [&](size_t task) {
+      const size_t g = task / (2 * chunks), rest = task % (2 * chunks), which_mat = rest / chunks;
+      const size_t n0 = (rest % chunks) * kRows, n1 = std::min(F, n0 + kRows);
+      const size_t e = groups[g].e;
+      const uint8_t* W = (which_mat == 0 ? a.gate : a.up) + e * F * gate_rb;
+      const float* bias = (which_mat == 0 ? a.gate_bias : a.up_bias) + e * F;
+      float* Y = gu[g].data() + which_mat * n_tok[g] * F;
+      matmul_rows(a.fmt, W, n0, n1, D, xs[g], n_tok[g], Y, F, bias, which);
+    });
+  }
+  // SwiGLU: gate clamped from above, up both ways; g * sigmoid(alpha g) * (u + 1).
+  for (size_t g = 0; g < G; ++g) {
+    const float* gate = gu[g].data();
+    const float* up = gu[g].data() + n_tok[g] * F;
+    for (size_t i = 0; i < n_tok[g] * F; ++i) {
+      const float gv = std::min(gate[i], a.limit);
+      const float uv = std::clamp(up[i], -a.limit, a.limit);
+      act[g][i] = gv / (1.f + std::exp(-a.alpha * gv)) * (uv + 1.f);
+    }
+  }
+  // Phase 2: down rows of every group.
+  {
+    std::vector<ActView> as;
+    as.reserve(G);
+    for (size_t g = 0; g < G; ++g) as.emplace_back(acts, act[g].data(), F, n_tok[g], F);
+    const size_t chunks = (D + kRows - 1) / kRows;
+    parallel_for(G * chunks, [&](size_t task) {
+      const size_t g = task / chunks, n0 = (task % chunks) * kRows, n1 = std::min(D, n0 + kRows);
+      const size_t e = groups[g].e;
+      matmul_rows(a.fmt, a.down + e * D * down_rb, n0, n1, F, as[g], n_tok[g], y[g].data(), D,
+                  a.down_bias + e * D, which);
+    });
+  }
+  // Weighted sum, in the order the experts were chosen for each token.
+  std::memset(a.out, 0, a.T * D * sizeof(float));
+  std::vector<std::vector<std::pair<size_t, size_t>>> where(a.T);  // token -> (group, row)
+  for (size_t g = 0; g < G; ++g)
+    for (size_t i = 0; i < n_tok[g]; ++i) where[groups[g].tok[i]].push_back({g, i});
+  for (size_t t = 0; t < a.T; ++t) {
+    float* o = a.out + t * D;
+    for (auto [g, i] : where[t]) {
+      const float w = groups[g].w[i];
+      const float* yy = y[g].data() + i * D;
+      for (size_t d = 0; d < D; ++d) o[d] += w * yy[d];
+    }
+  }
+}
+
+}  // namespace gd
