@@ -6,7 +6,9 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "attention.h"
 #include "bpe.h"
@@ -148,6 +150,32 @@ void moe(const std::string& fmt, Weights3 gate, CMatrix gate_bias, Weights3 up, 
   gd::moe(a, which, ac);
 }
 
+// Sum of all bytes, read by every thread in parallel: a streaming read for
+// measuring memory bandwidth (benchmarks/vs_llamacpp.py).
+uint64_t stream_read(Bytes buf) {
+  const uint8_t* p = buf.data();
+  const size_t n = buf.shape(0), chunk = size_t(1) << 20, tasks = (n + chunk - 1) / chunk;
+  std::vector<uint64_t> sums(tasks, 0);
+  {
+    nb::gil_scoped_release release;
+    gd::parallel_for(tasks, [&](size_t t) {
+      const size_t a = t * chunk, b = std::min(n, a + chunk);
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      size_t i = a;
+      for (; i + 32 <= b; i += 32) {  // four independent sums keep the loads flowing
+        uint64_t w[4];
+        std::memcpy(w, p + i, 32);
+        s0 += w[0]; s1 += w[1]; s2 += w[2]; s3 += w[3];
+      }
+      for (; i < b; ++i) s0 += p[i];
+      sums[t] = s0 + s1 + s2 + s3;
+    });
+  }
+  uint64_t total = 0;
+  for (auto v : sums) total += v;
+  return total;
+}
+
 void dequantize(const std::string& fmt, Bytes raw, Floats out, const std::string& impl) {
   const bool q8 = fmt == "q8_0";
   if (!q8 && fmt != "mxfp4") throw std::invalid_argument("format must be 'q8_0' or 'mxfp4', got '" + fmt + "'");
@@ -215,6 +243,7 @@ NB_MODULE(_kernels, m) {
   m.def("moe", &moe, "fmt"_a, "gate"_a, "gate_bias"_a, "up"_a, "up_bias"_a, "down"_a, "down_bias"_a, "h"_a,
         "experts"_a, "weights"_a, "out"_a, "alpha"_a, "limit"_a, "impl"_a = "auto", "acts"_a = "i16",
         "A layer's experts: out[t] = sum_j weights[t, j] * expert(experts[t, j])(h[t]), SwiGLU with clamp.");
+  m.def("stream_read", &stream_read, "buf"_a, "Read every byte on all threads (a bandwidth probe).");
   m.def("set_num_threads", &gd::set_num_threads, "n"_a, "Threads for the kernels (0: one per core).");
   m.def("num_threads", &gd::num_threads);
   m.def("scan_string_array", &scan_string_array, "buf"_a, "offset"_a, "count"_a,

@@ -110,6 +110,18 @@ def _read_prompt(args: argparse.Namespace):
     return args.prompt
 
 
+def print_profile(profile: dict, out=sys.stderr) -> None:
+    print("where the time went (ms per token; 'other' is Python, norms, RoPE, embeddings):", file=out)
+    parts = list(next(iter(profile.values()))["seconds"])
+    print(f"  {'phase':8s} {'tokens':>6s} " + " ".join(f"{p:>11s}" for p in parts) + f" {'total':>9s}", file=out)
+    for phase, p in profile.items():
+        if not p["tokens"]:
+            continue
+        ms = p["ms_per_token"]
+        print(f"  {phase:8s} {p['tokens']:6d} " + " ".join(f"{ms[k]:11.2f}" for k in parts) +
+              f" {1000 * p['total_seconds'] / p['tokens']:9.2f}", file=out)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .hub import resolve_model
     from .model import load
@@ -120,14 +132,69 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_text(piece: str) -> None:
             sys.stdout.write(piece)
             sys.stdout.flush()
-    r = model.generate(prompt, max_tokens=args.max_tokens, time_budget=args.time_budget, on_text=on_text)
+    r = model.generate(prompt, max_tokens=args.max_tokens, time_budget=args.time_budget, on_text=on_text,
+                       profile=args.profile)
     if args.json:
         print(json.dumps(r.to_dict(), ensure_ascii=False))
     else:
+        if args.profile:
+            sys.stdout.write("\n")
+            print_profile(r.profile)
         sys.stdout.write("\n")
         print(f"[{r.prompt_tokens} prompt tokens in {r.prefill_seconds:.2f} s ({r.prefill_tokens_per_s:.1f} tok/s), "
               f"{r.generated_tokens} generated in {r.decode_seconds:.2f} s ({r.decode_tokens_per_s:.1f} tok/s), "
               f"stop: {r.stop_reason}]", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Prefill and decode speed, llama-bench style: random token ids (no
+    special tokens), greedy decode that ignores end-of-generation."""
+    import statistics
+
+    import numpy as np
+
+    from .hub import resolve_model
+    from .model import load
+    if args.prompt_tokens < 1 or args.gen_tokens < 1 or args.reps < 1:
+        raise UsageError("-p, -n and -r must be at least 1")
+    model = load(resolve_model(args.model), n_ctx=args.prompt_tokens + args.gen_tokens, threads=args.threads)
+    tr = model.transformer
+    normal = [i for i in range(model.config.n_vocab) if i not in model.tokenizer.special_ids]
+    rng = np.random.default_rng(0)
+    runs = []
+    for rep in range(args.reps + 1):  # the first is a warm-up, not counted
+        prompt = rng.choice(normal, args.prompt_tokens)
+        cache = model.new_cache()
+        t0 = time.perf_counter()
+        token, _ = tr.forward(prompt, cache, logits="argmax")
+        t1 = time.perf_counter()
+        for _ in range(args.gen_tokens):
+            token, _ = tr.forward(np.asarray([token]), cache, logits="argmax")
+        t2 = time.perf_counter()
+        if rep:
+            runs.append((args.prompt_tokens / (t1 - t0), args.gen_tokens / (t2 - t1)))
+            if not args.json:
+                print(f"rep {rep}: prefill {runs[-1][0]:.2f} tok/s, decode {runs[-1][1]:.2f} tok/s",
+                      file=sys.stderr)
+    pre, dec = [r[0] for r in runs], [r[1] for r in runs]
+    sd = (lambda v: statistics.stdev(v) if len(v) > 1 else 0.0)
+    from . import _kernels
+    result = {"model": model.path, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
+              "reps": args.reps, "threads": _kernels.num_threads(),
+              "prefill_tokens_per_s": statistics.mean(pre), "prefill_tokens_per_s_std": sd(pre),
+              "decode_tokens_per_s": statistics.mean(dec), "decode_tokens_per_s_std": sd(dec),
+              "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs]}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    name = os.path.basename(model.path)
+    print(f"| {'model':24s} | {'threads':>7s} | {'test':>6s} | {'tokens/s':>16s} |")
+    print(f"| {'-' * 24} | {'-' * 7}:| {'-' * 6}:| {'-' * 16}:|")
+    print(f"| {name[:24]:24s} | {result['threads']:7d} | {'pp' + str(args.prompt_tokens):>6s} | "
+          f"{result['prefill_tokens_per_s']:8.2f} ± {result['prefill_tokens_per_s_std']:5.2f} |")
+    print(f"| {name[:24]:24s} | {result['threads']:7d} | {'tg' + str(args.gen_tokens):>6s} | "
+          f"{result['decode_tokens_per_s']:8.2f} ± {result['decode_tokens_per_s_std']:5.2f} |")
     return 0
 
 
@@ -196,7 +263,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop generating after this many seconds")
     r.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    r.add_argument("--profile", action="store_true",
+                   help="report where the time went, per phase and per token (with --json: a 'profile' key)")
     r.set_defaults(func=cmd_run)
+
+    b = sub.add_parser("bench", help="prefill and decode tokens/s with their spread (like llama-bench)")
+    b.add_argument("model", nargs="?", default=None, help="GGUF file or Hugging Face repo id (as for run)")
+    b.add_argument("-p", "--prompt-tokens", type=int, default=512, help="prompt length (default 512)")
+    b.add_argument("-n", "--gen-tokens", type=int, default=128, help="tokens to decode (default 128)")
+    b.add_argument("-r", "--reps", type=int, default=3, help="repetitions after one warm-up (default 3)")
+    b.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("demo", help="write a tiny synthetic model into the cache and run it end to end")
     d.add_argument("--max-tokens", type=int, default=32)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,6 +181,9 @@ class Transformer:
             ))
         self.inv_freq, self.rope_scale = yarn_rope(c)
         self.routing: list[np.ndarray] | None = None  # when a list, each batch's (layer, T, k) choices
+        # When a dict, seconds spent per part of the pass are added to it
+        # ("attn_proj", "attention", "router", "experts", "output_head").
+        self.timings: defaultdict[str, float] | None = None
 
     # -- pieces ----------------------------------------------------------------
     def rope_tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -190,9 +195,11 @@ class Transformer:
                   cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
         c = self.config
         T = h.shape[0]
+        t0 = time.perf_counter()
         q = L.attn_q(h).reshape(T, c.n_head, c.head_dim)            # [T, H, d]
         k = L.attn_k(h).reshape(T, c.n_head_kv, c.head_dim)         # [T, K, d]
         v = L.attn_v(h).reshape(T, c.n_head_kv, c.value_dim)        # [T, K, dv]
+        t1 = time.perf_counter()
         q = np.ascontiguousarray(apply_rope(q, cos, sin))
         k = apply_rope(k, cos, sin)
         kc, vc = cache.k[i], cache.v[i]
@@ -203,10 +210,16 @@ class Transformer:
         # softmax over [scores..., sink]; even layers see only the last `window` positions
         _kernels.attention(q, kc.view(np.uint16), vc.view(np.uint16), L.attn_sinks, pos0, L.window,
                            1.0 / math.sqrt(c.head_dim), out)
-        return L.attn_output(out.reshape(T, c.n_head * c.value_dim))  # [T, D]
+        t2 = time.perf_counter()
+        o = L.attn_output(out.reshape(T, c.n_head * c.value_dim))    # [T, D]
+        if self.timings is not None:
+            self.timings["attn_proj"] += (t1 - t0) + (time.perf_counter() - t2)
+            self.timings["attention"] += t2 - t1
+        return o
 
     def moe(self, L: Layer, h: np.ndarray) -> np.ndarray:
         c = self.config
+        t0 = time.perf_counter()
         logits = h @ L.ffn_gate_inp.T + L.ffn_gate_inp_bias                     # [T, E]
         # top-k by logit (ties: lowest index), then softmax over those k only
         top = np.argsort(-logits, axis=-1, kind="stable")[:, :c.n_expert_used]  # [T, k]
@@ -215,8 +228,13 @@ class Transformer:
         w /= w.sum(axis=-1, keepdims=True)
         if self.routing is not None:
             self.routing.append(top)
+        t1 = time.perf_counter()
         # experts grouped by the tokens routed to them: one matrix pass per expert
-        return L.experts(h, np.ascontiguousarray(top, dtype=np.int64), w.astype(np.float32))
+        y = L.experts(h, np.ascontiguousarray(top, dtype=np.int64), w.astype(np.float32))
+        if self.timings is not None:
+            self.timings["router"] += t1 - t0
+            self.timings["experts"] += time.perf_counter() - t1
+        return y
 
     # -- the whole model -------------------------------------------------------
     def forward(self, tokens: np.ndarray, cache: KVCache, logits: str = "last"):
@@ -242,10 +260,15 @@ class Transformer:
             return np.concatenate(all_logits) if all_logits else np.empty((0, c.n_vocab), np.float32)
         if logits == "none" or x is None:
             return None
+        t0 = time.perf_counter()
         h = np.ascontiguousarray(rms_norm(x[-1:], self.output_norm, c.rms_eps))
         if logits == "argmax":
-            return _kernels.matvec_argmax(self.output.fmt, self.output.raw, h[0], acts=ACTIVATIONS)
-        return self.output(h)[0]
+            out = _kernels.matvec_argmax(self.output.fmt, self.output.raw, h[0], acts=ACTIVATIONS)
+        else:
+            out = self.output(h)[0]
+        if self.timings is not None:
+            self.timings["output_head"] += time.perf_counter() - t0
+        return out
 
     def forward_batch(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
         """One batch: returns the residual stream after the last layer [T, D]."""

@@ -4,6 +4,7 @@ the tokenizer's stream decoder as code points complete."""
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -33,6 +34,7 @@ class GenerationResult:
     decode_seconds: float
     decode_steps: int = 0             # forward passes after the prefill
     eos_token_id: int | None = None   # the end-of-generation token, when that was the stop
+    profile: dict | None = None       # with profile=True: seconds per part, per phase
 
     @property
     def prompt_tokens(self) -> int:
@@ -53,13 +55,16 @@ class GenerationResult:
         return n / self.decode_seconds if n > 0 and self.decode_seconds > 0 else 0.0
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "prompt_token_ids": self.prompt_token_ids, "token_ids": self.token_ids, "text": self.text,
             "stop_reason": self.stop_reason, "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens, "prefill_seconds": self.prefill_seconds,
             "decode_seconds": self.decode_seconds, "prefill_tokens_per_s": self.prefill_tokens_per_s,
             "decode_tokens_per_s": self.decode_tokens_per_s,
         }
+        if self.profile is not None:
+            d["profile"] = self.profile
+        return d
 
 
 def repetition_loop(tokens: list[int]) -> bool:
@@ -86,9 +91,10 @@ class Generation:
     the iteration ends (generate() runs it to the end)."""
 
     def __init__(self, transformer: Transformer, tokenizer: Tokenizer, cache: KVCache, prompt: list[int],
-                 max_tokens: int, time_budget: float | None, on_token: Callable[[int], None] | None = None):
+                 max_tokens: int, time_budget: float | None, on_token: Callable[[int], None] | None = None,
+                 profile: bool = False):
         self.result: GenerationResult | None = None
-        self._it = self._run(transformer, tokenizer, cache, prompt, max_tokens, time_budget, on_token)
+        self._it = self._run(transformer, tokenizer, cache, prompt, max_tokens, time_budget, on_token, profile)
 
     def __iter__(self) -> Iterator[str]:
         return self
@@ -97,7 +103,9 @@ class Generation:
         return next(self._it)
 
     def _run(self, tr: Transformer, tok: Tokenizer, cache: KVCache, prompt: list[int], max_tokens: int,
-             time_budget: float | None, on_token) -> Iterator[str]:
+             time_budget: float | None, on_token, profile: bool) -> Iterator[str]:
+        phases = {"prefill": defaultdict(float), "decode": defaultdict(float)} if profile else None
+        tr.timings = phases["prefill"] if phases else None
         t0 = time.perf_counter()
         deadline = None if time_budget is None else t0 + time_budget
         cache.reset()
@@ -106,6 +114,8 @@ class Generation:
         stop, eos_id, steps = STOP_MAX_TOKENS, None, 0
         token, _ = tr.forward(np.asarray(prompt), cache, logits="argmax")   # prefill
         t_prefill = time.perf_counter()
+        tr.timings = phases["decode"] if phases else None
+        t_decode_compute = 0.0  # forward passes only, for the profile's split
         while True:
             if token in tok.eog_ids:
                 stop, eos_id = STOP_EOS, token
@@ -126,17 +136,39 @@ class Generation:
             if deadline is not None and time.perf_counter() >= deadline:
                 stop = STOP_TIME_BUDGET
                 break
+            t_step = time.perf_counter()
             token, _ = tr.forward(np.asarray([token]), cache, logits="argmax")  # decode one
+            t_decode_compute += time.perf_counter() - t_step
             steps += 1
         tail = decoder.flush()
         if tail:
             st.pieces.append(tail)
             yield tail
         t_end = time.perf_counter()
+        tr.timings = None
+        report = None
+        if phases is not None:
+            report = {
+                "prefill": profile_split(phases["prefill"], t_prefill - t0, len(prompt)),
+                "decode": profile_split(phases["decode"], t_decode_compute, steps),
+            }
         self.result = GenerationResult(
             text="".join(st.pieces), prompt_token_ids=list(map(int, prompt)), token_ids=st.generated,
             stop_reason=stop, prefill_seconds=t_prefill - t0, decode_seconds=t_end - t_prefill,
-            decode_steps=steps, eos_token_id=eos_id)
+            decode_steps=steps, eos_token_id=eos_id, profile=report)
+
+
+PROFILE_PARTS = ("attn_proj", "attention", "router", "experts", "output_head")
+
+
+def profile_split(parts: dict, total: float, tokens: int) -> dict:
+    """Seconds per part and per token; "other" is what no part accounts for
+    (Python orchestration, norms, RoPE, embeddings), so the parts add up to
+    the measured total."""
+    named = {p: float(parts.get(p, 0.0)) for p in PROFILE_PARTS}
+    named["other"] = max(0.0, total - sum(named.values()))
+    return {"total_seconds": total, "tokens": tokens, "seconds": named,
+            "ms_per_token": {p: 1000 * v / tokens for p, v in named.items()} if tokens else {}}
 
 
 def check_context(n_prompt: int, max_tokens: int, n_ctx: int) -> None:

@@ -121,20 +121,22 @@ class Model:
         return ids
 
     def generate_stream(self, prompt: str | Sequence[int], max_tokens: int = 256,
-                        time_budget: float | None = None) -> Generation:
+                        time_budget: float | None = None, profile: bool = False) -> Generation:
         """Greedy generation as an iterator of text pieces (each whole code
         points); its `.result` is the GenerationResult once exhausted."""
         ids = self._prompt_ids(prompt)
         check_context(len(ids), max_tokens, self.n_ctx)
         if self._cache is None:
             self._cache = self.new_cache()
-        return Generation(self.transformer, self.tokenizer, self._cache, ids, max_tokens, time_budget)
+        return Generation(self.transformer, self.tokenizer, self._cache, ids, max_tokens, time_budget,
+                          profile=profile)
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 256, time_budget: float | None = None,
-                 on_text: Callable[[str], None] | None = None) -> GenerationResult:
+                 on_text: Callable[[str], None] | None = None, profile: bool = False) -> GenerationResult:
         """Greedy generation from text or token ids. Stops on an end-of-generation
-        token, max_tokens, a repetition loop or the time budget (seconds)."""
-        gen = self.generate_stream(prompt, max_tokens, time_budget)
+        token, max_tokens, a repetition loop or the time budget (seconds).
+        profile=True fills result.profile with where the time went."""
+        gen = self.generate_stream(prompt, max_tokens, time_budget, profile)
         for piece in gen:
             if on_text is not None:
                 on_text(piece)
