@@ -173,3 +173,41 @@ def test_tiny_model_with_the_120b_routing_shape(tmp_path, small_vocab):
     assert r.generated_tokens == 8
     experts = np.concatenate([t.ravel() for t in tr.routing])
     assert experts.max() < 128 and len(np.unique(experts)) > 32   # routing spreads over the 128
+
+
+def test_profile_parts_add_up(tiny_model):
+    r = tiny_model.generate(PROMPT, max_tokens=10, profile=True)
+    assert set(r.profile) == {"prefill", "decode"}
+    for phase, p in r.profile.items():
+        parts = p["seconds"]
+        assert set(parts) == {"attn_proj", "attention", "router", "experts", "output_head", "other"}
+        assert all(v >= 0 for v in parts.values())
+        assert sum(parts.values()) == pytest.approx(p["total_seconds"], rel=1e-9)
+        assert parts["attn_proj"] > 0 and parts["experts"] > 0 and parts["output_head"] > 0
+    assert r.profile["prefill"]["tokens"] == r.prompt_tokens and r.profile["decode"]["tokens"] == r.decode_steps
+    # the forward passes are most of the decode time; the rest is the loop and text decoding
+    assert r.profile["decode"]["total_seconds"] <= r.decode_seconds
+    assert "profile" in r.to_dict() and "profile" not in tiny_model.generate(PROMPT, max_tokens=2).to_dict()
+
+
+def test_cli_run_profile(tiny_path):
+    out = run_cli("run", tiny_path, "-p", PROMPT, "-n", "6", "--profile")
+    assert out.returncode == 0, out.stderr
+    assert "where the time went" in out.stderr
+    rows = [line.split() for line in out.stderr.splitlines() if line.strip().startswith(("prefill ", "decode "))]
+    assert [r[0] for r in rows] == ["prefill", "decode"]
+    for r in rows:   # tokens, six parts, total: the parts add up to the total
+        values = [float(x) for x in r[2:]]
+        assert sum(values[:-1]) == pytest.approx(values[-1], abs=0.02 + 0.01 * values[-1])
+
+
+def test_cli_bench_json(tiny_path):
+    out = run_cli("bench", tiny_path, "-p", "16", "-n", "4", "-r", "2", "--json", "--threads", "1")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["prompt_tokens"] == 16 and r["gen_tokens"] == 4 and r["reps"] == 2 and len(r["runs"]) == 2
+    assert r["prefill_tokens_per_s"] > 0 and r["decode_tokens_per_s"] > 0
+    assert r["prefill_tokens_per_s_std"] >= 0 and r["decode_tokens_per_s_std"] >= 0
+    assert r["threads"] == 1
+    text = run_cli("bench", tiny_path, "-p", "16", "-n", "4", "-r", "1")
+    assert "pp16" in text.stdout and "tg4" in text.stdout
