@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "quants.h"
@@ -76,6 +77,40 @@ void rows_generic_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K
         acc += float(s) * (dw * D[t * nb + b]);
       }
       Y[t * ldy + n] = acc + (bias ? bias[n] : 0.f);
+    }
+  }
+}
+
+// Calls fn(std::integral_constant<int, tt>) for a tile of 1..8 tokens, so
+// kernels can keep one accumulator per token in registers.
+template <class Fn>
+inline void with_tile(size_t tt, Fn&& fn) {
+  switch (tt) {
+    case 8: fn(std::integral_constant<int, 8>{}); break;
+    case 7: fn(std::integral_constant<int, 7>{}); break;
+    case 6: fn(std::integral_constant<int, 6>{}); break;
+    case 5: fn(std::integral_constant<int, 5>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    default: fn(std::integral_constant<int, 1>{}); break;
+  }
+}
+
+// Rows [n0, n1) in tiles of up to 8 tokens: tile(TT, row, t0, out) computes
+// one row against tokens t0 .. t0 + TT - 1.
+template <class Tile>
+inline void rows_by_tiles(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, size_t T, float* Y,
+                          size_t ldy, const float* bias, Tile&& tile) {
+  const size_t rb = row_bytes(f, K);
+  float tmp[kTokenTile];
+  for (size_t n = n0; n < n1; ++n) {
+    const uint8_t* row = W + n * rb;
+    const float b = bias ? bias[n] : 0.f;
+    for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
+      const size_t tt = std::min(kTokenTile, T - t0);
+      with_tile(tt, [&](auto TT) { tile(TT, row, t0, tmp); });
+      for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n] = tmp[t] + b;
     }
   }
 }
@@ -192,57 +227,20 @@ __attribute__((target("avx2,fma,f16c"))) inline void row_tile_i16(Format f, cons
   }
 }
 
-__attribute__((target("avx2,fma,f16c"))) void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1,
-                                                             size_t K, const int16_t* Q, const float* D, size_t T,
-                                                             float* Y, size_t ldy, const float* bias) {
-  const size_t rb = row_bytes(f, K), nb = K / kBlock, bb = rb / nb;
-  float tmp[kTokenTile];
-  for (size_t n = n0; n < n1; ++n) {
-    const uint8_t* row = W + n * rb;
-    const float b = bias ? bias[n] : 0.f;
-    for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
-      const size_t tt = std::min(kTokenTile, T - t0);
-      const int16_t* Qt = Q + t0 * K;
-      const float* Dt = D + t0 * nb;
-      switch (tt) {
-        case 8: row_tile_i16<8>(f, row, nb, bb, Qt, K, Dt, tmp); break;
-        case 7: row_tile_i16<7>(f, row, nb, bb, Qt, K, Dt, tmp); break;
-        case 6: row_tile_i16<6>(f, row, nb, bb, Qt, K, Dt, tmp); break;
-        case 5: row_tile_i16<5>(f, row, nb, bb, Qt, K, Dt, tmp); break;
-        case 4: row_tile_i16<4>(f, row, nb, bb, Qt, K, Dt, tmp); break;
-        case 3: row_tile_i16<3>(f, row, nb, bb, Qt, K, Dt, tmp); break;
-        case 2: row_tile_i16<2>(f, row, nb, bb, Qt, K, Dt, tmp); break;
-        default: row_tile_i16<1>(f, row, nb, bb, Qt, K, Dt, tmp); break;
-      }
-      for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n] = tmp[t] + b;
-    }
-  }
+void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const int16_t* Q, const float* D,
+                   size_t T, float* Y, size_t ldy, const float* bias) {
+  const size_t nb = K / kBlock, bb = row_bytes(f, K) / nb;
+  rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+    row_tile_i16<TT>(f, row, nb, bb, Q + t0 * K, K, D + t0 * nb, out);
+  });
 }
 
-__attribute__((target("avx2,fma,f16c"))) void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
-                                                         const float* X, size_t ldx, size_t T, float* Y, size_t ldy,
-                                                         const float* bias) {
-  const size_t rb = row_bytes(f, K), nb = K / kBlock, bb = rb / nb;
-  float tmp[kTokenTile];
-  for (size_t n = n0; n < n1; ++n) {
-    const uint8_t* row = W + n * rb;
-    const float b = bias ? bias[n] : 0.f;
-    for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
-      const size_t tt = std::min(kTokenTile, T - t0);
-      const float* Xt = X + t0 * ldx;
-      switch (tt) {
-        case 8: row_tile<8>(f, row, nb, bb, Xt, ldx, tmp); break;
-        case 7: row_tile<7>(f, row, nb, bb, Xt, ldx, tmp); break;
-        case 6: row_tile<6>(f, row, nb, bb, Xt, ldx, tmp); break;
-        case 5: row_tile<5>(f, row, nb, bb, Xt, ldx, tmp); break;
-        case 4: row_tile<4>(f, row, nb, bb, Xt, ldx, tmp); break;
-        case 3: row_tile<3>(f, row, nb, bb, Xt, ldx, tmp); break;
-        case 2: row_tile<2>(f, row, nb, bb, Xt, ldx, tmp); break;
-        default: row_tile<1>(f, row, nb, bb, Xt, ldx, tmp); break;
-      }
-      for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n] = tmp[t] + b;
-    }
-  }
+void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
+               float* Y, size_t ldy, const float* bias) {
+  const size_t nb = K / kBlock, bb = row_bytes(f, K) / nb;
+  rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+    row_tile<TT>(f, row, nb, bb, X + t0 * ldx, ldx, out);
+  });
 }
 #endif
 

@@ -139,11 +139,9 @@ class KVCache:
             self.k.append(np.zeros((cap, c.n_head_kv, c.head_dim), np.float16))
             self.v.append(np.zeros((cap, c.n_head_kv, c.value_dim), np.float16))
         self.n = 0
-        self.tokens: list[int] = []   # the ids whose keys and values are cached
 
     def reset(self) -> None:
         self.n = 0
-        self.tokens = []
 
     @property
     def nbytes(self) -> int:
@@ -283,5 +281,4 @@ class Transformer:
             h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
             x = x + self.moe(L, h)
         cache.n += T
-        cache.tokens.extend(int(t) for t in tokens)
         return x

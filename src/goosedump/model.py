@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from typing import Callable, Sequence
 
+import numpy as np
+
 from . import _kernels
 from .config import ModelConfig, check_tensors, read_config
 from .forward import KVCache, Transformer
@@ -143,9 +145,8 @@ class Model:
         assert gen.result is not None
         return gen.result
 
-    def logits(self, tokens: Sequence[int]) -> "np.ndarray":
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits at every position of tokens [T, V], from a fresh cache."""
-        import numpy as np
         cache = self.new_cache(max(len(tokens), 1))
         return self.transformer.forward(np.asarray(tokens), cache, logits="all")
 
