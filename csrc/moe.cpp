@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -35,10 +36,8 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
   std::vector<std::vector<float>> x(G), gu(G), act(G), y(G);
   std::vector<size_t> n_tok(G);
   for (size_t g = 0; g < G; ++g) {
-    const auto& grp = groups[g];
-    n_tok[g] = grp.tok.size();
+    n_tok[g] = groups[g].tok.size();
     x[g].resize(n_tok[g] * D);
-    for (size_t i = 0; i < n_tok[g]; ++i) std::memcpy(&x[g][i * D], a.h + grp.tok[i] * D, D * sizeof(float));
     gu[g].resize(2 * n_tok[g] * F);
     act[g].resize(n_tok[g] * F);
     y[g].resize(n_tok[g] * D);
@@ -46,11 +45,15 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
   const Impl which = resolve_impl(impl);
   constexpr size_t kRows = 32;
 
+  // Gather each group's tokens and put them in the products' activation form.
+  std::vector<std::unique_ptr<ActView>> xs(G), as(G);
+  parallel_for(G, [&](size_t g) {
+    for (size_t i = 0; i < n_tok[g]; ++i)
+      std::memcpy(&x[g][i * D], a.h + groups[g].tok[i] * D, D * sizeof(float));
+    xs[g] = std::make_unique<ActView>(acts, x[g].data(), D, n_tok[g], D);
+  });
   // Phase 1: gate and up rows of every group: tasks (group, gate|up, row chunk).
   {
-    std::vector<ActView> xs;
-    xs.reserve(G);
-    for (size_t g = 0; g < G; ++g) xs.emplace_back(acts, x[g].data(), D, n_tok[g], D);
     const size_t chunks = (F + kRows - 1) / kRows;
     parallel_for(G * 2 * chunks, [&](size_t task) {
       const size_t g = task / (2 * chunks), rest = task % (2 * chunks), which_mat = rest / chunks;
@@ -59,11 +62,11 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       const uint8_t* W = (which_mat == 0 ? a.gate : a.up) + e * F * gate_rb;
       const float* bias = (which_mat == 0 ? a.gate_bias : a.up_bias) + e * F;
       float* Y = gu[g].data() + which_mat * n_tok[g] * F;
-      matmul_rows(a.fmt, W, n0, n1, D, xs[g], n_tok[g], Y, F, bias, which);
+      matmul_rows(a.fmt, W, n0, n1, D, *xs[g], n_tok[g], Y, F, bias, which);
     });
   }
   // SwiGLU: gate clamped from above, up both ways; g * sigmoid(alpha g) * (u + 1).
-  for (size_t g = 0; g < G; ++g) {
+  parallel_for(G, [&](size_t g) {
     const float* gate = gu[g].data();
     const float* up = gu[g].data() + n_tok[g] * F;
     for (size_t i = 0; i < n_tok[g] * F; ++i) {
@@ -71,17 +74,15 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       const float uv = std::clamp(up[i], -a.limit, a.limit);
       act[g][i] = gv / (1.f + std::exp(-a.alpha * gv)) * (uv + 1.f);
     }
-  }
+    as[g] = std::make_unique<ActView>(acts, act[g].data(), F, n_tok[g], F);
+  });
   // Phase 2: down rows of every group.
   {
-    std::vector<ActView> as;
-    as.reserve(G);
-    for (size_t g = 0; g < G; ++g) as.emplace_back(acts, act[g].data(), F, n_tok[g], F);
     const size_t chunks = (D + kRows - 1) / kRows;
     parallel_for(G * chunks, [&](size_t task) {
       const size_t g = task / chunks, n0 = (task % chunks) * kRows, n1 = std::min(D, n0 + kRows);
       const size_t e = groups[g].e;
-      matmul_rows(a.fmt, a.down + e * D * down_rb, n0, n1, F, as[g], n_tok[g], y[g].data(), D,
+      matmul_rows(a.fmt, a.down + e * D * down_rb, n0, n1, F, *as[g], n_tok[g], y[g].data(), D,
                   a.down_bias + e * D, which);
     });
   }
