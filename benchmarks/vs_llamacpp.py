@@ -47,7 +47,8 @@ def child_goosedump(args) -> dict:
 
     import goosedump
     ids = json.loads(args.ids)
-    model = goosedump.load(args.model, n_ctx=len(ids) + args.gen, threads=args.threads)
+    # experts fully in memory (the bounded-memory case streams them through the expert cache)
+    model = goosedump.load(args.model, n_ctx=len(ids) + args.gen, threads=args.threads, expert_cache="16G")
     tr = model.transformer   # maps the weights, as llama.cpp does at load
     cache = model.new_cache()
     t0 = time.perf_counter()

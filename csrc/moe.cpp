@@ -86,17 +86,20 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
                   a.down_bias + e * D, which);
     });
   }
-  // Weighted sum, in the order the experts were chosen for each token.
+  // Weighted sum, per token in ascending expert id: a fixed order, the one the
+  // streamed path (goosedump/forward.py) uses too, so both give equal bits.
   std::memset(a.out, 0, a.T * D * sizeof(float));
   std::vector<std::vector<std::pair<size_t, size_t>>> where(a.T);  // token -> (group, row)
   for (size_t g = 0; g < G; ++g)
     for (size_t i = 0; i < n_tok[g]; ++i) where[groups[g].tok[i]].push_back({g, i});
   for (size_t t = 0; t < a.T; ++t) {
+    auto& w = where[t];
+    std::sort(w.begin(), w.end(), [&](auto x, auto y) { return groups[x.first].e < groups[y.first].e; });
     float* o = a.out + t * D;
-    for (auto [g, i] : where[t]) {
-      const float w = groups[g].w[i];
+    for (auto [g, i] : w) {
+      const float wt = groups[g].w[i];
       const float* yy = y[g].data() + i * D;
-      for (size_t d = 0; d < D; ++d) o[d] += w * yy[d];
+      for (size_t d = 0; d < D; ++d) o[d] += wt * yy[d];
     }
   }
 }

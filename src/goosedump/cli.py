@@ -126,7 +126,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .hub import resolve_model
     from .model import load
     prompt = _read_prompt(args)
-    model = load(resolve_model(args.model), n_ctx=args.ctx, threads=args.threads)
+    model = load(resolve_model(args.model), n_ctx=args.ctx, threads=args.threads,
+                 expert_cache=expert_cache_budget(args.expert_cache))
     on_text = None
     if not args.json:
         def on_text(piece: str) -> None:
@@ -158,7 +159,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .model import load
     if args.prompt_tokens < 1 or args.gen_tokens < 1 or args.reps < 1:
         raise UsageError("-p, -n and -r must be at least 1")
-    model = load(resolve_model(args.model), n_ctx=args.prompt_tokens + args.gen_tokens, threads=args.threads)
+    model = load(resolve_model(args.model), n_ctx=args.prompt_tokens + args.gen_tokens, threads=args.threads,
+                 expert_cache=expert_cache_budget(args.expert_cache))
     tr = model.transformer
     normal = [i for i in range(model.config.n_vocab) if i not in model.tokenizer.special_ids]
     rng = np.random.default_rng(0)
@@ -263,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop generating after this many seconds")
     r.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    _add_expert_cache(r)
     r.add_argument("--profile", action="store_true",
                    help="report where the time went, per phase and per token (with --json: a 'profile' key)")
     r.set_defaults(func=cmd_run)
@@ -273,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-n", "--gen-tokens", type=int, default=128, help="tokens to decode (default 128)")
     b.add_argument("-r", "--reps", type=int, default=3, help="repetitions after one warm-up (default 3)")
     b.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
+    _add_expert_cache(b)
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench)
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import _kernels
 from .config import ModelConfig
+from .experts import ExpertStore
 from .gguf import GGMLType, GGUFFile
 
 PREFILL_BATCH = 128
@@ -149,8 +150,9 @@ class KVCache:
 
 
 class Transformer:
-    def __init__(self, f: GGUFFile, c: ModelConfig):
+    def __init__(self, f: GGUFFile, c: ModelConfig, store: ExpertStore | None = None):
         self.config = c
+        self.store = store   # None or in place: experts straight from the map
         self.token_embd = _qmatrix(f, "token_embd.weight")
         self.output_norm = np.ascontiguousarray(f.tensor("output_norm.weight"))
         self.output = _qmatrix(f, "output.weight")
@@ -215,7 +217,7 @@ class Transformer:
             self.timings["attention"] += t2 - t1
         return o
 
-    def moe(self, L: Layer, h: np.ndarray) -> np.ndarray:
+    def moe(self, L: Layer, i: int, h: np.ndarray) -> np.ndarray:
         c = self.config
         t0 = time.perf_counter()
         logits = h @ L.ffn_gate_inp.T + L.ffn_gate_inp_bias                     # [T, E]
@@ -228,11 +230,36 @@ class Transformer:
             self.routing.append(top)
         t1 = time.perf_counter()
         # experts grouped by the tokens routed to them: one matrix pass per expert
-        y = L.experts(h, np.ascontiguousarray(top, dtype=np.int64), w.astype(np.float32))
+        if self.store is None or self.store.in_place:
+            y = L.experts(h, np.ascontiguousarray(top, dtype=np.int64), w.astype(np.float32))
+        else:
+            y = self.streamed_experts(L, i, h, top, w.astype(np.float32))
         if self.timings is not None:
             self.timings["router"] += t1 - t0
             self.timings["experts"] += time.perf_counter() - t1
         return y
+
+    def streamed_experts(self, L: Layer, i: int, h: np.ndarray, top: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """The experts through the store: each computed as soon as its read
+        completes, then released; outputs summed in expert order, so the
+        result does not depend on which read finished first."""
+        parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for e, v in self.store.fetch(i, np.unique(top)):
+            try:
+                tok, slot = np.nonzero(top == e)
+                y = np.empty((len(tok), h.shape[1]), np.float32)
+                _kernels.moe(L.experts.fmt, v.gate[None], v.gate_bias[None], v.up[None], v.up_bias[None],
+                             v.down[None], v.down_bias[None], np.ascontiguousarray(h[tok]),
+                             np.zeros((len(tok), 1), np.int64), np.ascontiguousarray(w[tok, slot][:, None]),
+                             y, SWIGLU_ALPHA, SWIGLU_LIMIT, acts=ACTIVATIONS)
+                parts[e] = (tok, y)
+            finally:
+                self.store.release(i, e)
+        out = np.zeros_like(h)
+        for e in sorted(parts):
+            tok, y = parts[e]
+            out[tok] += y    # a token picks an expert at most once: no repeated indices
+        return out
 
     # -- the whole model -------------------------------------------------------
     def forward(self, tokens: np.ndarray, cache: KVCache, logits: str = "last"):
@@ -279,6 +306,6 @@ class Transformer:
             h = rms_norm(x, L.attn_norm, c.rms_eps)
             x = x + self.attention(L, i, h, cache, pos0, cos, sin)
             h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
-            x = x + self.moe(L, h)
+            x = x + self.moe(L, i, h)
         cache.n += T
         return x

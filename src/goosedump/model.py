@@ -11,18 +11,18 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import _kernels
+from .budget import expert_cache_budget
 from .config import ModelConfig, check_tensors, read_config
-from .forward import KVCache, Transformer
+from .experts import PIECES as EXPERT_PIECES
+from .experts import ExpertStore, slot_layout
+from .forward import PREFILL_BATCH, KVCache, Transformer
 from .generate import Generation, GenerationResult, check_context
 from .gguf import GGUFFile
 from .tokenizer import Tokenizer
 
 DEFAULT_CTX = 4096
 
-# Per-expert pieces a cache slot holds: (tensor suffix, is bias).
-EXPERT_PIECES = ("ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight",
-                 "ffn_up_exps.bias", "ffn_down_exps.weight", "ffn_down_exps.bias")
-PREFILL_BATCH = 128
+
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def weight_layout(f: GGUFFile, c: ModelConfig) -> WeightLayout:
         if t.name.split(".", 2)[-1] in EXPERT_PIECES:
             expert += t.nbytes
     total = sum(b for _, b in by_type.values())
-    slot = sum(f.tensors[f"blk.0.{p}"].nbytes for p in EXPERT_PIECES) // c.n_expert
+    _, slot = slot_layout(f, c)
     return WeightLayout(total - expert, expert, slot, c.n_layer * c.n_expert,
                         {k: tuple(v) for k, v in sorted(by_type.items())})
 
@@ -81,7 +81,8 @@ def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int)
 class Model:
     """`goosedump.load(path)` returns this."""
 
-    def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, threads: int | None = None):
+    def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, threads: int | None = None,
+                 expert_cache: str | int | None = None, page_cache: bool = False):
         self.path = os.fspath(path)
         self.file = GGUFFile(self.path)
         self.config: ModelConfig = read_config(self.file)
@@ -96,17 +97,31 @@ class Model:
             if threads < 0:
                 raise ValueError(f"threads must be 0 (one per core) or more, got {threads}")
             _kernels.set_num_threads(threads)
+        # The expert cache budget: bytes, a size such as "2G", or None for
+        # $GOOSEDUMP_EXPERT_CACHE_SIZE, else 2G.
+        self.expert_budget = expert_cache if isinstance(expert_cache, int) else expert_cache_budget(expert_cache)
+        self.page_cache = page_cache
+        self._store: ExpertStore | None = None
         self._transformer: Transformer | None = None
         self._cache: KVCache | None = None
 
     @property
+    def store(self) -> ExpertStore:
+        if self._store is None:
+            self._store = ExpertStore(self.file, self.config, self.expert_budget, page_cache=self.page_cache)
+        return self._store
+
+    @property
     def transformer(self) -> Transformer:
         if self._transformer is None:
-            self._transformer = Transformer(self.file, self.config)
-            # Every weight is read in place from the memory map (until the
-            # expert store lands): map it all now rather than fault page by
-            # page inside the first tokens.
-            self.file.populate(self.file.data_offset)
+            store = self.store
+            self._transformer = Transformer(self.file, self.config, store)
+            # Map the weights read in place now rather than fault page by page
+            # inside the first tokens: the dense ones always, the experts too
+            # when the budget covers them all.
+            for t in self.file.tensors.values():
+                if store.in_place or t.name.split(".", 2)[-1] not in EXPERT_PIECES:
+                    self.file.populate(t.offset, t.offset + t.nbytes)
         return self._transformer
 
     def new_cache(self, n_ctx: int | None = None) -> KVCache:
@@ -155,6 +170,8 @@ class Model:
         return self.file.get("tokenizer.chat_template")
 
     def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
         self.file.close()
 
     def __enter__(self) -> "Model":
@@ -169,10 +186,14 @@ class Model:
                 f"hidden {c.n_embd}, vocab {c.n_vocab})")
 
 
-def load(path: str | os.PathLike, n_ctx: int | None = None, threads: int | None = None) -> Model:
+def load(path: str | os.PathLike, n_ctx: int | None = None, threads: int | None = None,
+         expert_cache: str | int | None = None, page_cache: bool = False) -> Model:
     """Open a GPT-OSS GGUF file: metadata, config, tensor checks, tokenizer.
     n_ctx: the context a generation may fill (default min(4096, the model's));
-    threads: threads for the kernels (default one per core)."""
+    threads: threads for the kernels (default one per core); expert_cache: the
+    expert cache budget in bytes or as "2G" (default $GOOSEDUMP_EXPERT_CACHE_SIZE,
+    else 2G; a budget covering every expert uses them in place); page_cache:
+    leave the experts' pages in the OS page cache after reading them."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{os.fspath(path)}: no such file")
-    return Model(path, n_ctx=n_ctx, threads=threads)
+    return Model(path, n_ctx=n_ctx, threads=threads, expert_cache=expert_cache, page_cache=page_cache)

@@ -1,0 +1,307 @@
+"""The expert store: experts stream from the GGUF file through a byte-budgeted
+cache of slots, so a model runs in far less memory than its file.
+
+One slot holds one expert's six pieces (gate, gate bias, up, up bias, down,
+down bias), read straight from the file with pread on background threads (the
+GIL is released while they read). A layer's chosen experts are requested
+together and handed out in the order their reads complete, so computation
+starts on whichever is ready first. Slots in use are pinned and never evicted;
+the least recently used unpinned slot is replaced.
+
+The budget and the page cache: by default each piece's pages are dropped from
+the OS page cache right after it is read (posix_fadvise DONTNEED), so the
+process's real footprint, page cache included, stays within the dense weights
+plus the budget. `page_cache=True` leaves the pages to the OS, which is faster
+while RAM is free and unbounded otherwise. When the budget covers every
+expert, nothing is copied: experts are used in place from the memory map.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .config import ModelConfig
+from .gguf import GGMLType, GGUFFile
+
+PIECES = ("ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
+          "ffn_down_exps.weight", "ffn_down_exps.bias")
+_ALIGN = 64  # piece offsets inside a slot: float views and SIMD loads stay aligned
+
+
+def slot_layout(f: GGUFFile, c: ModelConfig) -> tuple[dict[str, int], int]:
+    """Offsets of the six pieces inside a slot and the slot's size."""
+    offsets, size = {}, 0
+    for name in PIECES:
+        offsets[name] = size
+        size += -(-(f.tensors[f"blk.0.{name}"].nbytes // c.n_expert) // _ALIGN) * _ALIGN
+    return offsets, size
+
+
+class ExpertReadError(OSError):
+    """Reading an expert failed: names the layer, the expert and the file."""
+
+
+@dataclass
+class ExpertView:
+    """One expert's pieces as arrays (views into a slot or into the map)."""
+    gate: np.ndarray        # (F, bytes per row of D)
+    gate_bias: np.ndarray   # (F,)
+    up: np.ndarray
+    up_bias: np.ndarray
+    down: np.ndarray        # (D, bytes per row of F)
+    down_bias: np.ndarray   # (D,)
+
+
+@dataclass
+class StoreStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    bytes_read: int = 0
+    read_seconds: float = 0.0    # summed over reader threads
+    stall_seconds: float = 0.0   # time the computation waited for reads
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        n = self.hits + self.misses
+        d["hit_rate"] = self.hits / n if n else 0.0
+        d["read_gb_per_s"] = self.bytes_read / self.read_seconds / 1e9 if self.read_seconds else 0.0
+        return d
+
+
+@dataclass
+class _Piece:
+    offset: int        # of expert 0 in the file
+    stride: int        # bytes from one expert to the next
+    nbytes: int        # one expert's bytes
+    slot_offset: int   # where it goes inside a slot
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass
+class _Slot:
+    key: tuple[int, int] | None = None   # (layer, expert) held, or None
+    pins: int = 0
+    ready: bool = False                  # fully read: only then is it in the index
+    future: Future | None = field(default=None, repr=False)
+
+
+class ExpertStore:
+    def __init__(self, f: GGUFFile, c: ModelConfig, budget: int, page_cache: bool = False, read_threads: int = 4):
+        self.file, self.config = f, c
+        self.page_cache = page_cache
+        self.stats = StoreStats()
+        self._pieces: list[dict[str, _Piece]] = []
+        slot_offsets, slot_bytes = slot_layout(f, c)
+        for i in range(c.n_layer):
+            layer = {}
+            for name in PIECES:
+                t = f.tensors[f"blk.{i}.{name}"]
+                per_expert = t.nbytes // c.n_expert
+                if GGMLType(t.type) == GGMLType.F32:
+                    shape, dtype = t.dims[:1], np.dtype("<f4")
+                else:  # rows of quantized blocks
+                    shape, dtype = (t.dims[1], per_expert // t.dims[1]), np.dtype(np.uint8)
+                layer[name] = _Piece(t.offset, per_expert, per_expert, slot_offsets[name], shape, dtype)
+            self._pieces.append(layer)
+        self.slot_bytes = slot_bytes
+        self.total_experts = c.n_layer * c.n_expert
+        self.in_place = budget >= self.total_experts * slot_bytes
+        self.budget = budget
+        if self.in_place:
+            self.n_slots = 0
+            return
+        self.n_slots = budget // slot_bytes
+        if self.n_slots < c.n_expert_used:
+            need = c.n_expert_used * slot_bytes
+            raise ValueError(f"an expert cache of {budget} bytes holds {self.n_slots} expert slots of "
+                             f"{slot_bytes} bytes; a token needs {c.n_expert_used} at once: give at least "
+                             f"{-(-need // (1 << 20))}M")
+        self._buf = np.empty((self.n_slots, slot_bytes), np.uint8)
+        self._slots = [_Slot() for _ in range(self.n_slots)]
+        self._index: dict[tuple[int, int], int] = {}
+        self._lru: OrderedDict[int, None] = OrderedDict()   # unpinned ready slots, oldest first
+        self._free = list(range(self.n_slots))
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="goosedump-read")
+        self._fd = os.open(f.path, os.O_RDONLY)
+
+    def close(self) -> None:
+        if not self.in_place and self._fd >= 0:
+            self._pool.shutdown(wait=True)
+            os.close(self._fd)
+            self._fd = -1
+
+    # -- views -------------------------------------------------------------
+    def _mapped_view(self, layer: int, e: int) -> ExpertView:
+        f = self.file
+        parts = []
+        for name in PIECES:
+            p = self._pieces[layer][name]
+            raw = f.buf[p.offset + e * p.stride:p.offset + e * p.stride + p.nbytes]
+            parts.append(raw.view(p.dtype).reshape(p.shape))
+        return ExpertView(*parts)
+
+    def _slot_view(self, layer: int, s: int) -> ExpertView:
+        parts = []
+        for name in PIECES:
+            p = self._pieces[layer][name]
+            raw = self._buf[s, p.slot_offset:p.slot_offset + p.nbytes]
+            parts.append(raw.view(p.dtype).reshape(p.shape))
+        return ExpertView(*parts)
+
+    # -- reads ---------------------------------------------------------------
+    def _read(self, layer: int, e: int, s: int) -> int:
+        """Fill slot s with expert e of layer (on a reader thread)."""
+        t0 = time.perf_counter()
+        total = 0
+        for name in PIECES:
+            p = self._pieces[layer][name]
+            dst = memoryview(self._buf[s, p.slot_offset:p.slot_offset + p.nbytes])
+            offset = p.offset + e * p.stride
+            done = 0
+            while done < p.nbytes:
+                try:
+                    n = os.preadv(self._fd, [dst[done:]], offset + done)
+                except OSError as err:
+                    raise ExpertReadError(f"{self.file.path}: reading blk.{layer}.{name} expert {e} "
+                                          f"({p.nbytes} bytes at byte {offset}): {err}") from None
+                if n == 0:
+                    raise ExpertReadError(f"{self.file.path}: short read of blk.{layer}.{name} expert {e}: "
+                                          f"got {done} of {p.nbytes} bytes at byte {offset} (was the file "
+                                          f"truncated?)")
+                done += n
+            if not self.page_cache:
+                os.posix_fadvise(self._fd, offset, p.nbytes, os.POSIX_FADV_DONTNEED)
+            total += p.nbytes
+        with self._lock:
+            self.stats.read_seconds += time.perf_counter() - t0
+            self.stats.bytes_read += total
+        return total
+
+    def _take_slot(self) -> int | None:
+        """A free slot, or the least recently used unpinned one (evicted)."""
+        if self._free:
+            return self._free.pop()
+        if not self._lru:
+            return None
+        s, _ = self._lru.popitem(last=False)
+        old = self._slots[s]
+        del self._index[old.key]
+        old.key, old.ready = None, False
+        self.stats.evictions += 1
+        return s
+
+    # -- the interface the forward pass uses ------------------------------------
+    def fetch(self, layer: int, experts: Sequence[int]) -> Iterator[tuple[int, ExpertView]]:
+        """Yield (expert, view) for each distinct expert, ready ones first, the
+        rest as their reads complete. Each yielded expert stays pinned until
+        release(layer, expert); a read error propagates after the reads in
+        flight settle, leaving no slot half-filled in the index."""
+        wanted = list(dict.fromkeys(int(e) for e in experts))
+        if self.in_place:
+            self.stats.hits += len(wanted)
+            for e in wanted:
+                yield e, self._mapped_view(layer, e)
+            return
+        pending: list[int] = []
+        ready: list[tuple[int, int]] = []
+        with self._lock:
+            for e in wanted:
+                s = self._index.get((layer, e))
+                if s is not None and self._slots[s].ready:
+                    self.stats.hits += 1
+                    self._pin(s)
+                    ready.append((e, s))
+                else:
+                    self.stats.misses += 1
+                    pending.append(e)
+        for e, s in ready:
+            yield e, self._slot_view(layer, s)
+        inflight: dict[Future, tuple[int, int]] = {}
+        try:
+            while pending or inflight:
+                with self._lock:
+                    while pending:
+                        s = self._take_slot()
+                        if s is None:
+                            break
+                        e = pending.pop(0)
+                        slot = self._slots[s]
+                        slot.key, slot.ready, slot.pins = (layer, e), False, 1
+                        slot.future = self._pool.submit(self._read, layer, e, s)
+                        inflight[slot.future] = (e, s)
+                if not inflight:
+                    raise RuntimeError(f"every expert slot ({self.n_slots}) is pinned: release experts "
+                                       f"before fetching more")
+                t0 = time.perf_counter()
+                done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                self.stats.stall_seconds += time.perf_counter() - t0
+                for fut in done:
+                    e, s = inflight.pop(fut)
+                    try:
+                        fut.result()
+                    except BaseException:
+                        with self._lock:   # the slot never entered the index: free it
+                            slot = self._slots[s]
+                            slot.key, slot.ready, slot.pins = None, False, 0
+                            self._free.append(s)
+                        raise
+                    with self._lock:
+                        self._slots[s].ready = True
+                        self._index[(layer, e)] = s
+                    yield e, self._slot_view(layer, s)
+        except BaseException:
+            # Settle the reads in flight; failed or abandoned slots go back free.
+            for fut, (e, s) in inflight.items():
+                try:
+                    fut.result()
+                    ok = True
+                except Exception:
+                    ok = False
+                with self._lock:
+                    slot = self._slots[s]
+                    if ok:
+                        slot.ready = True
+                        self._index[(layer, e)] = s
+                        self._unpin(s)
+                    else:
+                        slot.key, slot.ready, slot.pins = None, False, 0
+                        self._free.append(s)
+            raise
+
+    def release(self, layer: int, expert: int) -> None:
+        if self.in_place:
+            return
+        with self._lock:
+            s = self._index.get((layer, int(expert)))
+            if s is not None:
+                self._unpin(s)
+
+    def _pin(self, s: int) -> None:
+        self._slots[s].pins += 1
+        self._lru.pop(s, None)
+
+    def _unpin(self, s: int) -> None:
+        slot = self._slots[s]
+        slot.pins -= 1
+        if slot.pins == 0:
+            self._lru[s] = None   # most recently used at the end
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes of experts the store holds in slots (0 in place)."""
+        return 0 if self.in_place else len(self._index) * self.slot_bytes
+
+    def snapshot(self) -> dict:
+        d = self.stats.as_dict()
+        d.update(in_place=self.in_place, slots=self.n_slots, slot_bytes=self.slot_bytes, budget=self.budget)
+        return d
