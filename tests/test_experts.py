@@ -146,3 +146,19 @@ def test_cli_expert_cache_flag_and_env(t120_path):
     small = subprocess.run([sys.executable, "-m", "goosedump", "bench", t120_path, "-p", "8", "-n", "2", "-r", "1",
                             "--expert-cache", "1M", "--json"], capture_output=True, text=True)
     assert small.returncode == 0, small.stderr
+
+
+def test_prefetch_reads_the_next_layers_experts_ahead(t120_path):
+    runs = {}
+    for prefetch in (False, True):
+        m = goosedump.load(t120_path, expert_cache=(2 << 20))
+        m.transformer.prefetch = prefetch
+        r = m.generate(PROMPT, max_tokens=10)
+        runs[prefetch] = (r.token_ids, m.store.snapshot())
+    assert runs[True][0] == runs[False][0]          # timing only: the same tokens
+    off, on = runs[False][1], runs[True][1]
+    assert off["prefetched"] == 0 and off["predicted"] == 0
+    assert on["prefetched"] > 0 and on["prefetch_used"] > 0
+    assert on["predicted"] > 0 and 0 < on["prefetch_accuracy"] <= 1
+    # a prefetched read the layer then asks for counts as a hit
+    assert on["hits"] >= on["prefetch_used"]

@@ -67,12 +67,17 @@ class StoreStats:
     bytes_read: int = 0
     read_seconds: float = 0.0    # summed over reader threads
     stall_seconds: float = 0.0   # time the computation waited for reads
+    prefetched: int = 0          # reads started ahead of need
+    prefetch_used: int = 0       # of those, asked for by the layer they were predicted for
+    predicted: int = 0           # expert predictions made
+    predicted_right: int = 0     # predictions that the layer's router then chose
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
         n = self.hits + self.misses
         d["hit_rate"] = self.hits / n if n else 0.0
         d["read_gb_per_s"] = self.bytes_read / self.read_seconds / 1e9 if self.read_seconds else 0.0
+        d["prefetch_accuracy"] = self.predicted_right / self.predicted if self.predicted else 0.0
         return d
 
 
@@ -130,6 +135,8 @@ class ExpertStore:
         self._index: dict[tuple[int, int], int] = {}
         self._lru: OrderedDict[int, None] = OrderedDict()   # unpinned ready slots, oldest first
         self._free = list(range(self.n_slots))
+        self._loading: dict[tuple[int, int], int] = {}     # prefetches in flight: key -> slot
+        self._predicted: dict[int, set[int]] = {}           # layer -> experts predicted for it
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="goosedump-read")
         self._fd = os.open(f.path, os.O_RDONLY)
@@ -214,19 +221,29 @@ class ExpertStore:
             return
         pending: list[int] = []
         ready: list[tuple[int, int]] = []
+        inflight: dict[Future, tuple[int, int]] = {}
         with self._lock:
+            predicted = self._predicted.pop(layer, None)
+            if predicted is not None:
+                self.stats.predicted += len(predicted)
+                self.stats.predicted_right += len(predicted & set(wanted))
             for e in wanted:
                 s = self._index.get((layer, e))
                 if s is not None and self._slots[s].ready:
                     self.stats.hits += 1
                     self._pin(s)
                     ready.append((e, s))
+                elif (layer, e) in self._loading:      # a prefetch is reading it: wait for that read
+                    s = self._loading.pop((layer, e))
+                    self.stats.hits += 1
+                    self.stats.prefetch_used += 1
+                    self._slots[s].pins += 1
+                    inflight[self._slots[s].future] = (e, s)
                 else:
                     self.stats.misses += 1
                     pending.append(e)
         for e, s in ready:
             yield e, self._slot_view(layer, s)
-        inflight: dict[Future, tuple[int, int]] = {}
         try:
             while pending or inflight:
                 with self._lock:
@@ -277,6 +294,43 @@ class ExpertStore:
                         slot.key, slot.ready, slot.pins = None, False, 0
                         self._free.append(s)
             raise
+
+    def prefetch(self, layer: int, experts: Sequence[int]) -> None:
+        """Start reading a later layer's predicted experts into free or
+        least-recently-used unpinned slots, without waiting and without
+        pinning; fetch() picks the reads up if the prediction was right."""
+        if self.in_place:
+            return
+        with self._lock:
+            self._predicted[layer] = {int(e) for e in experts}
+            for e in dict.fromkeys(int(e) for e in experts):
+                key = (layer, e)
+                if key in self._index or key in self._loading:
+                    continue
+                s = self._take_slot()
+                if s is None:
+                    return
+                slot = self._slots[s]
+                slot.key, slot.ready, slot.pins = key, False, 0
+                slot.future = self._pool.submit(self._read, layer, e, s)
+                slot.future.add_done_callback(lambda fut, key=key, s=s: self._prefetch_done(key, s, fut))
+                self._loading[key] = s
+                self.stats.prefetched += 1
+
+    def _prefetch_done(self, key: tuple[int, int], s: int, fut: Future) -> None:
+        """A prefetch nobody waited for: index it when read, free it if failed."""
+        with self._lock:
+            if self._loading.get(key) != s:
+                return  # fetch() took it over
+            del self._loading[key]
+            slot = self._slots[s]
+            if fut.exception() is None:
+                slot.ready = True
+                self._index[key] = s
+                self._lru[s] = None
+            else:
+                slot.key, slot.ready, slot.pins = None, False, 0
+                self._free.append(s)
 
     def release(self, layer: int, expert: int) -> None:
         if self.in_place:

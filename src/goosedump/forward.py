@@ -153,6 +153,11 @@ class Transformer:
     def __init__(self, f: GGUFFile, c: ModelConfig, store: ExpertStore | None = None):
         self.config = c
         self.store = store   # None or in place: experts straight from the map
+        # Prefetch: while layer i computes, read the experts that layer i+1's
+        # router picks from layer i's hidden state (the next layer's own
+        # choice is only known once it runs; its predecessor's picks say
+        # little, the router applied one layer early says much more).
+        self.prefetch = True
         self.token_embd = _qmatrix(f, "token_embd.weight")
         self.output_norm = np.ascontiguousarray(f.tensor("output_norm.weight"))
         self.output = _qmatrix(f, "output.weight")
@@ -244,7 +249,13 @@ class Transformer:
         completes, then released; outputs summed in expert order, so the
         result does not depend on which read finished first."""
         parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for e, v in self.store.fetch(i, np.unique(top)):
+        c = self.config
+        for n, (e, v) in enumerate(self.store.fetch(i, np.unique(top))):
+            if n == 0 and self.prefetch and i + 1 < c.n_layer:
+                nxt = self.layers[i + 1]
+                logits = h @ nxt.ffn_gate_inp.T + nxt.ffn_gate_inp_bias
+                guess = np.argsort(-logits, axis=-1, kind="stable")[:, :c.n_expert_used]
+                self.store.prefetch(i + 1, np.unique(guess))
             try:
                 tok, slot = np.nonzero(top == e)
                 y = np.empty((len(tok), h.shape[1]), np.float32)
