@@ -48,7 +48,7 @@ def test_views_hold_the_files_bytes(t120_path):
         s.release(7, e)
 
 
-def test_lru_eviction_and_stats(t120_path):
+def test_eviction_by_decayed_use_count_and_stats(t120_path):
     _, s = store_for(t120_path, 6)
 
     def use(layer, experts):
@@ -61,7 +61,7 @@ def test_lru_eviction_and_stats(t120_path):
     assert (s.stats.hits, s.stats.misses, s.stats.evictions) == (0, 4, 0)
     assert use(0, [2, 3, 4, 5]) == [2, 3, 4, 5]       # 2, 3 hit; 4, 5 fill the last free slots
     assert (s.stats.hits, s.stats.misses, s.stats.evictions) == (2, 6, 0)
-    use(1, [0, 1])                                     # evicts the least recently used: layer 0's 0 and 1
+    use(1, [0, 1])                                     # evicts layer 0's 0 and 1: used once, longest ago
     assert s.stats.evictions == 2
     use(0, [2])                                        # still cached
     assert s.stats.hits == 3
@@ -162,3 +162,40 @@ def test_prefetch_reads_the_next_layers_experts_ahead(t120_path):
     assert on["predicted"] > 0 and 0 < on["prefetch_accuracy"] <= 1
     # a prefetched read the layer then asks for counts as a hit
     assert on["hits"] >= on["prefetch_used"]
+
+
+def test_eviction_keeps_popular_experts(t120_path):
+    _, s = store_for(t120_path, 4)
+
+    def use(experts):
+        for e, _ in s.fetch(0, experts):
+            s.release(0, e)
+
+    for _ in range(3):
+        use([7, 8])              # popular
+    use([1, 2])                  # fills the cache: 7, 8, 1, 2
+    use([3])                     # evicts a once-used expert, not 7 or 8, though they were used less recently
+    misses = s.stats.misses
+    use([7, 8])
+    assert s.stats.misses == misses
+
+
+def test_cache_sim_policies_on_a_trace(tmp_path):
+    from goosedump.cachesim import read_trace, simulate, write_trace
+    rows = [(0, 0, (1, 2)), (1, 0, (1, 3)), (2, 0, (2, 3)), (3, 0, (1, 2)), (4, 0, (4, 1))]
+    path = tmp_path / "t.jsonl"
+    write_trace(str(path), {"slot_bytes": 100, "k": 2}, rows)
+    meta, trace = read_trace(str(path))
+    assert meta["slot_bytes"] == 100 and trace == rows
+    # 3 slots: misses 1, 2, 3, then 4 (evicting 3); 6 hits
+    assert simulate(trace, 3, "lru")["hits"] == 6
+    assert simulate(trace, 3, "belady")["hits"] >= simulate(trace, 3, "lfu-decay")["hits"]
+    # Belady is an upper bound for every policy on any trace
+    import random
+    rng = random.Random(0)
+    rows = [(t, t % 3, tuple(rng.sample(range(12), 2))) for t in range(300)]
+    best = simulate(rows, 6, "belady")["hit_rate"]
+    for p in ("lru", "lfu", "lfu-decay"):
+        assert simulate(rows, 6, p)["hit_rate"] <= best
+    with pytest.raises(ValueError, match="1 slots cannot hold the 2 experts"):
+        simulate(rows, 1, "lru")

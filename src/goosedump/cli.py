@@ -20,7 +20,8 @@ def _add_expert_cache(p: argparse.ArgumentParser) -> None:
 def cmd_synth(args: argparse.Namespace) -> int:
     from .synth import PRESETS, write_model
     t0 = time.perf_counter()
-    size = write_model(args.out, PRESETS[args.preset], seed=args.seed, progress=not args.quiet)
+    size = write_model(args.out, PRESETS[args.preset], seed=args.seed, progress=not args.quiet,
+                       routing=args.routing)
     if not args.quiet:
         print(f"wrote {args.out} ({format_bytes(size)}) in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
@@ -122,12 +123,55 @@ def print_profile(profile: dict, out=sys.stderr) -> None:
               f" {1000 * p['total_seconds'] / p['tokens']:9.2f}", file=out)
 
 
+def print_cache(st: dict | None, out=sys.stderr) -> None:
+    if st is None:
+        return
+    if st["in_place"]:
+        print("experts: used in place from the memory map (the budget covers them all)", file=out)
+        return
+    line = (f"expert cache: {st['slots']} slots of {format_bytes(st['slot_bytes'])}; hits {st['hits']}, "
+            f"misses {st['misses']} (hit rate {100 * st['hit_rate']:.0f}%"
+            + (f", Belady's oracle {100 * st['belady_hit_rate']:.0f}%" if "belady_hit_rate" in st else "")
+            + f"), evictions {st['evictions']}; read {format_bytes(st['bytes_read'])} "
+            f"({format_bytes(st['bytes_read_per_token'])}/token) at {st['read_gb_per_s']:.2f} GB/s per reader; "
+            f"stalled {st['stall_seconds']:.2f} s; prefetch accuracy {100 * st['prefetch_accuracy']:.0f}%")
+    print(line, file=out)
+
+
+def cmd_cache_sim(args: argparse.Namespace) -> int:
+    from .budget import parse_size
+    from .cachesim import POLICIES, read_trace, simulate
+    meta, trace = read_trace(args.trace)
+    slot = args.slot_bytes or meta.get("slot_bytes")
+    if not slot:
+        raise UsageError(f"{args.trace} names no slot size: pass --slot-bytes")
+    budgets = args.budget or ["1G", "2G", "4G"]
+    results = []
+    for b in budgets:
+        n = parse_size(b, "--budget") // slot
+        row = {"budget": b, "slots": n}
+        for p in POLICIES:
+            row[p] = simulate(trace, n, p)["hit_rate"] if n >= meta.get("k", 1) else None
+        results.append(row)
+    if args.json:
+        print(json.dumps({"trace": args.trace, "requests": len(trace), "slot_bytes": slot, "results": results}))
+        return 0
+    print(f"{args.trace}: {len(trace)} token-layer requests, slots of {format_bytes(slot)}")
+    print(f"{'budget':>8s} {'slots':>6s} " + " ".join(f"{p:>8s}" for p in POLICIES))
+    for row in results:
+        cells = " ".join(f"{100 * row[p]:7.1f}%" if row[p] is not None else f"{'-':>8s}" for p in POLICIES)
+        print(f"{row['budget']:>8s} {row['slots']:6d} {cells}")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .hub import resolve_model
     from .model import load
     prompt = _read_prompt(args)
     model = load(resolve_model(args.model), n_ctx=args.ctx, threads=args.threads,
                  expert_cache=expert_cache_budget(args.expert_cache))
+    if args.routing_trace:
+        model.transformer.routing = []
     on_text = None
     if not args.json:
         def on_text(piece: str) -> None:
@@ -135,12 +179,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
     r = model.generate(prompt, max_tokens=args.max_tokens, time_budget=args.time_budget, on_text=on_text,
                        profile=args.profile)
+    if args.routing_trace:
+        from .cachesim import write_trace
+        c = model.config
+        write_trace(args.routing_trace, {"model": model.path, "slot_bytes": model.store.slot_bytes,
+                                         "n_layer": c.n_layer, "n_expert": c.n_expert, "k": c.n_expert_used},
+                    model.transformer.routing_trace())
     if args.json:
         print(json.dumps(r.to_dict(), ensure_ascii=False))
     else:
         if args.profile:
             sys.stdout.write("\n")
             print_profile(r.profile)
+            print_cache(r.expert_cache)
         sys.stdout.write("\n")
         print(f"[{r.prompt_tokens} prompt tokens in {r.prefill_seconds:.2f} s ({r.prefill_tokens_per_s:.1f} tok/s), "
               f"{r.generated_tokens} generated in {r.decode_seconds:.2f} s ({r.decode_tokens_per_s:.1f} tok/s), "
@@ -242,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preset", choices=sorted(PRESETS), required=True)
     s.add_argument("--out", required=True, help="output file")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--routing", choices=["uniform", "skewed"], default="uniform",
+                   help="skewed: router biases make a few experts popular and reused token after token, "
+                        "as in trained models (default: uniform)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_synth)
 
@@ -266,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _add_expert_cache(r)
+    r.add_argument("--routing-trace", metavar="FILE",
+                   help="write the (token, layer, experts) routing of the run, for goosedump cache-sim")
     r.add_argument("--profile", action="store_true",
                    help="report where the time went, per phase and per token (with --json: a 'profile' key)")
     r.set_defaults(func=cmd_run)
@@ -279,6 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_expert_cache(b)
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench)
+
+    cs = sub.add_parser("cache-sim", help="replay a routing trace against each cache policy and budget")
+    cs.add_argument("trace", help="a file written by goosedump run --routing-trace")
+    cs.add_argument("--budget", action="append", metavar="SIZE",
+                    help="expert cache budget (repeatable; default 1G, 2G, 4G)")
+    cs.add_argument("--slot-bytes", type=int, default=None, help="bytes per expert slot (default: the trace's)")
+    cs.add_argument("--json", action="store_true")
+    cs.set_defaults(func=cmd_cache_sim)
 
     d = sub.add_parser("demo", help="write a tiny synthetic model into the cache and run it end to end")
     d.add_argument("--max-tokens", type=int, default=32)

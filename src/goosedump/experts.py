@@ -5,8 +5,12 @@ One slot holds one expert's six pieces (gate, gate bias, up, up bias, down,
 down bias), read straight from the file with pread on background threads (the
 GIL is released while they read). A layer's chosen experts are requested
 together and handed out in the order their reads complete, so computation
-starts on whichever is ready first. Slots in use are pinned and never evicted;
-the least recently used unpinned slot is replaced.
+starts on whichever is ready first. Slots in use are pinned and never evicted.
+Eviction is frequency-aware with decay: each expert's use count halves every
+`slots` expert requests, and the unpinned slot with the lowest count goes
+(the least recently used among equals). Chosen over LRU and plain LFU by
+replaying routing traces (goosedump cache-sim; see the README): it keeps the
+popular experts of skewed routing, and matches LRU when routing is uniform.
 
 The budget and the page cache: by default each piece's pages are dropped from
 the OS page cache right after it is read (posix_fadvise DONTNEED), so the
@@ -133,7 +137,9 @@ class ExpertStore:
         self._buf = np.empty((self.n_slots, slot_bytes), np.uint8)
         self._slots = [_Slot() for _ in range(self.n_slots)]
         self._index: dict[tuple[int, int], int] = {}
-        self._lru: OrderedDict[int, None] = OrderedDict()   # unpinned ready slots, oldest first
+        self._lru: OrderedDict[int, None] = OrderedDict()   # unpinned ready slots, least recently used first
+        self._clock = 0                                      # expert requests so far
+        self._score: dict[tuple[int, int], tuple[float, int]] = {}   # key -> (use count, at clock)
         self._free = list(range(self.n_slots))
         self._loading: dict[tuple[int, int], int] = {}     # prefetches in flight: key -> slot
         self._predicted: dict[int, set[int]] = {}           # layer -> experts predicted for it
@@ -194,13 +200,24 @@ class ExpertStore:
             self.stats.bytes_read += total
         return total
 
+    def _count(self, key: tuple[int, int]) -> float:
+        """The key's use count, decayed to now (half-life: one pass over the slots)."""
+        count, at = self._score.get(key, (0.0, self._clock))
+        return count * 0.5 ** ((self._clock - at) / self.n_slots)
+
+    def _use(self, key: tuple[int, int]) -> None:
+        self._clock += 1
+        self._score[key] = (self._count(key) + 1.0, self._clock)
+
     def _take_slot(self) -> int | None:
-        """A free slot, or the least recently used unpinned one (evicted)."""
+        """A free slot, or the unpinned one whose expert has the lowest decayed
+        use count (evicted); the least recently used wins ties."""
         if self._free:
             return self._free.pop()
         if not self._lru:
             return None
-        s, _ = self._lru.popitem(last=False)
+        s = min(self._lru, key=lambda i: self._count(self._slots[i].key))   # min is stable: LRU order
+        del self._lru[s]
         old = self._slots[s]
         del self._index[old.key]
         old.key, old.ready = None, False
@@ -228,6 +245,7 @@ class ExpertStore:
                 self.stats.predicted += len(predicted)
                 self.stats.predicted_right += len(predicted & set(wanted))
             for e in wanted:
+                self._use((layer, e))
                 s = self._index.get((layer, e))
                 if s is not None and self._slots[s].ready:
                     self.stats.hits += 1

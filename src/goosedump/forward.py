@@ -185,7 +185,10 @@ class Transformer:
                 window=c.sliding_window if c.is_sliding(i) else 0,
             ))
         self.inv_freq, self.rope_scale = yarn_rope(c)
-        self.routing: list[np.ndarray] | None = None  # when a list, each batch's (layer, T, k) choices
+        # When a list, (first position, layer, chosen experts [T, k]) is added
+        # for every batch and layer, in the order the experts are asked for.
+        self.routing: list[tuple[int, int, np.ndarray]] | None = None
+        self._pos0 = 0
         # When a dict, seconds spent per part of the pass are added to it
         # ("attn_proj", "attention", "router", "experts", "output_head").
         self.timings: defaultdict[str, float] | None = None
@@ -232,7 +235,7 @@ class Transformer:
         w = np.exp(top_logits - top_logits.max(axis=-1, keepdims=True))
         w /= w.sum(axis=-1, keepdims=True)
         if self.routing is not None:
-            self.routing.append(top)
+            self.routing.append((self._pos0, i, top))
         t1 = time.perf_counter()
         # experts grouped by the tokens routed to them: one matrix pass per expert
         if self.store is None or self.store.in_place:
@@ -243,6 +246,11 @@ class Transformer:
             self.timings["router"] += t1 - t0
             self.timings["experts"] += time.perf_counter() - t1
         return y
+
+    def routing_trace(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        """The recorded routing as (token position, layer, experts) rows."""
+        return [(pos0 + t, layer, tuple(int(e) for e in top[t]))
+                for pos0, layer, top in (self.routing or []) for t in range(len(top))]
 
     def streamed_experts(self, L: Layer, i: int, h: np.ndarray, top: np.ndarray, w: np.ndarray) -> np.ndarray:
         """The experts through the store: each computed as soon as its read
@@ -310,6 +318,7 @@ class Transformer:
         """One batch: returns the residual stream after the last layer [T, D]."""
         c = self.config
         T, pos0 = len(tokens), cache.n
+        self._pos0 = pos0
         x = np.empty((T, c.n_embd), np.float32)
         _kernels.get_rows(self.token_embd.fmt, self.token_embd.raw, tokens, x)  # embeddings
         cos, sin = self.rope_tables(np.arange(pos0, pos0 + T))

@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from .experts import StoreStats
 from .forward import ContextOverflowError, KVCache, Transformer
 from .tokenizer import Tokenizer
 
@@ -35,6 +36,7 @@ class GenerationResult:
     decode_steps: int = 0             # forward passes after the prefill
     eos_token_id: int | None = None   # the end-of-generation token, when that was the stop
     profile: dict | None = None       # with profile=True: seconds per part, per phase
+    expert_cache: dict | None = None  # the expert store's counters for this generation
 
     @property
     def prompt_tokens(self) -> int:
@@ -64,6 +66,8 @@ class GenerationResult:
         }
         if self.profile is not None:
             d["profile"] = self.profile
+        if self.expert_cache is not None:
+            d["expert_cache"] = self.expert_cache
         return d
 
 
@@ -106,6 +110,11 @@ class Generation:
              time_budget: float | None, on_token, profile: bool) -> Iterator[str]:
         phases = {"prefill": defaultdict(float), "decode": defaultdict(float)} if profile else None
         tr.timings = phases["prefill"] if phases else None
+        store = tr.store
+        if store is not None:
+            store.stats = StoreStats()   # counters for this generation
+        if profile and store is not None and not store.in_place and tr.routing is None:
+            tr.routing = []              # for the oracle's hit rate below
         t0 = time.perf_counter()
         deadline = None if time_budget is None else t0 + time_budget
         cache.reset()
@@ -152,10 +161,18 @@ class Generation:
                 "prefill": profile_split(phases["prefill"], t_prefill - t0, len(prompt)),
                 "decode": profile_split(phases["decode"], t_decode_compute, steps),
             }
+        cache_stats = None
+        if store is not None:
+            cache_stats = store.snapshot()
+            tokens = len(prompt) + len(st.generated)
+            cache_stats["bytes_read_per_token"] = cache_stats["bytes_read"] / tokens if tokens else 0.0
+            if profile and not store.in_place:
+                from .cachesim import simulate
+                cache_stats["belady_hit_rate"] = simulate(tr.routing_trace(), store.n_slots, "belady")["hit_rate"]
         self.result = GenerationResult(
             text="".join(st.pieces), prompt_token_ids=list(map(int, prompt)), token_ids=st.generated,
             stop_reason=stop, prefill_seconds=t_prefill - t0, decode_seconds=t_end - t_prefill,
-            decode_steps=steps, eos_token_id=eos_id, profile=report)
+            decode_steps=steps, eos_token_id=eos_id, profile=report, expert_cache=cache_stats)
 
 
 PROFILE_PARTS = ("attn_proj", "attention", "router", "experts", "output_head")

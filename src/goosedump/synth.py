@@ -132,9 +132,19 @@ def metadata(p: Preset, vocab=None) -> list[tuple[str, ValueType, object, ValueT
     ]
 
 
-def tensors(p: Preset, n_vocab: int) -> list[TensorSpec]:
+ROUTINGS = ("uniform", "skewed")
+
+
+def tensors(p: Preset, n_vocab: int, routing: str = "uniform") -> list[TensorSpec]:
     """All tensors, in the order llama-quantize writes them (non-layer tensors
-    first, then by layer number, then by name)."""
+    first, then by layer number, then by name). routing="skewed" gives each
+    layer's router Zipf-like biases (over a random order of its experts) and
+    weaker weights, so a few experts take most selections and keep taking
+    them token after token, as in trained MoE models; "uniform" routes close
+    to uniformly."""
+    if routing not in ROUTINGS:
+        raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+    skewed = routing == "skewed"
     D, E, F = p.n_embd, p.n_expert, p.n_ff_expert
     q, kv = p.n_head * p.head_dim, p.n_head_kv * p.head_dim
     Q8, MX, F32 = GGMLType.Q8_0, GGMLType.MXFP4, GGMLType.F32
@@ -159,8 +169,8 @@ def tensors(p: Preset, n_vocab: int) -> list[TensorSpec]:
             TensorSpec("ffn_down_exps.weight", (F, D, E), MX, "experts", 0.5 * F ** -0.5),
             TensorSpec("ffn_gate_exps.bias", (F, E), F32, "bias"),
             TensorSpec("ffn_gate_exps.weight", (D, F, E), MX, "experts", D ** -0.5),
-            TensorSpec("ffn_gate_inp.bias", (E,), F32, "bias"),
-            TensorSpec("ffn_gate_inp.weight", (D, E), F32, "normal", D ** -0.5),
+            TensorSpec("ffn_gate_inp.bias", (E,), F32, "zipf" if skewed else "bias", 1.0),
+            TensorSpec("ffn_gate_inp.weight", (D, E), F32, "normal", (0.7 if skewed else 1.0) * D ** -0.5),
             TensorSpec("ffn_up_exps.bias", (F, E), F32, "bias"),
             TensorSpec("ffn_up_exps.weight", (D, F, E), MX, "experts", D ** -0.5),
             TensorSpec("post_attention_norm.weight", (D,), F32, "norm"),
@@ -207,6 +217,9 @@ def _chunks(t: TensorSpec, seed: int) -> Iterator[np.ndarray]:
             yield (1.0 + 0.05 * rng.standard_normal(n)).astype("<f4")
         elif t.init == "bias":
             yield (0.02 * rng.standard_normal(n)).astype("<f4")
+        elif t.init == "zipf":   # logit bias log(1/rank)^scale over a random order of the experts
+            ranks = rng.permutation(n) + 1
+            yield (-t.scale * np.log(ranks)).astype("<f4")
         else:
             yield (t.scale * rng.standard_normal(n)).astype("<f4")
         return
@@ -225,7 +238,7 @@ def _chunks(t: TensorSpec, seed: int) -> Iterator[np.ndarray]:
 
 def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0,
                 progress: bool = False, vocab=None,
-                edit: Callable[[list, list], None] | None = None) -> int:
+                edit: Callable[[list, list], None] | None = None, routing: str = "uniform") -> int:
     """Write a synthetic model. `vocab` (tokens, types, merges) replaces the
     real vocabulary (tests use small ones); `edit(kv, tensors)` may change the
     description before anything is written (tests use it to craft bad files).
@@ -233,7 +246,7 @@ def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0
     p = PRESETS[preset] if isinstance(preset, str) else preset
     kv = metadata(p, vocab)
     n_vocab = len(kv[[k for k, *_ in kv].index("tokenizer.ggml.tokens")][2])
-    specs = tensors(p, n_vocab)
+    specs = tensors(p, n_vocab, routing)
     if edit is not None:
         edit(kv, specs)
     total = sum(tensor_nbytes(t.type, t.dims) for t in specs)
