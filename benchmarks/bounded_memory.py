@@ -8,7 +8,10 @@ of greedy tokens, and removes the cgroup. It reports decode tokens/s, peak
 memory as the cgroup counts it, and bytes the engine read from storage
 (/proc/self/io). goosedump runs with its expert cache (default budget 2G,
 pages dropped after reading); with --page-cache it also runs leaving the
-experts' pages to the OS. Needs root (cgroups, drop_caches).
+experts' pages to the OS. llama.cpp runs with its weights memory-mapped
+(without --repack: its default CPU weight repacking copies ~10 GiB into
+anonymous memory and is killed under these limits). Needs root (cgroups,
+drop_caches).
 
 usage: python benchmarks/bounded_memory.py MODEL.gguf [--limits 8G,5G] [--gen 32] [--prompt-tokens 16]
            [--expert-cache 2G] [--page-cache] [--llama-python ~/.cache/goosedump/llama-venv/bin/python]
@@ -98,6 +101,19 @@ def child_llamacpp(args) -> dict:
     import llama_cpp
     import numpy as np
     ids = json.loads(args.ids)
+    if not args.repack:
+        # Keep llama.cpp's weights memory-mapped (a plain mmap runner): its CPU
+        # weight repacking copies the experts into anonymous memory, which no
+        # limit below the file size survives.
+        default = llama_cpp.llama_model_default_params
+
+        def no_repack():
+            p = default()
+            p.use_extra_bufts = False
+            return p
+        llama_cpp.llama_model_default_params = no_repack
+        import llama_cpp.llama as llama_mod
+        llama_mod.llama_cpp.llama_model_default_params = no_repack
     llm = llama_cpp.Llama(model_path=args.model, n_ctx=len(ids) + args.gen, n_threads=args.threads,
                           n_threads_batch=args.threads, verbose=False)
     n_vocab = llm.n_vocab()
@@ -124,6 +140,8 @@ def run(engine: str, python: str, args, ids: list[int], limit: int, page_cache: 
            "--threads", str(args.threads), "--ids", json.dumps(ids), "--expert-cache", args.expert_cache]
     if page_cache:
         cmd.append("--page-cache")
+    if args.repack:
+        cmd.append("--repack")
     try:
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=cg.join, timeout=args.timeout)
@@ -150,6 +168,8 @@ def main() -> int:
     ap.add_argument("--expert-cache", default="2G")
     ap.add_argument("--page-cache", action="store_true", help="also run goosedump leaving pages to the OS")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--repack", action="store_true",
+                    help="let llama.cpp repack its weights into anonymous memory (its default; OOM at 8 GiB)")
     ap.add_argument("--llama-python", default=os.path.expanduser("~/.cache/goosedump/llama-venv/bin/python"))
     ap.add_argument("--child", choices=["goosedump", "llamacpp"])
     ap.add_argument("--ids")

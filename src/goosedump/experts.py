@@ -146,6 +146,10 @@ class ExpertStore:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="goosedump-read")
         self._fd = os.open(f.path, os.O_RDONLY)
+        if not page_cache:
+            # No readahead: it would pull the neighbouring experts' pages into
+            # the page cache, outside the budget and past the DONTNEED ranges.
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
 
     def close(self) -> None:
         if not self.in_place and self._fd >= 0:
