@@ -1,6 +1,7 @@
 """The expert store: a byte budget of slots, LRU over unpinned slots, reads
 that fail cleanly, and generation through it equal to generation in place."""
 import errno
+import json
 import os
 
 import numpy as np
@@ -146,6 +147,11 @@ def test_cli_expert_cache_flag_and_env(t120_path):
     small = subprocess.run([sys.executable, "-m", "goosedump", "bench", t120_path, "-p", "8", "-n", "2", "-r", "1",
                             "--expert-cache", "1M", "--json"], capture_output=True, text=True)
     assert small.returncode == 0, small.stderr
+    st = json.loads(small.stdout)["expert_cache"]
+    assert not st["in_place"] and st["slots"] > 0 and st["misses"] > 0 and st["bytes_read"] > 0
+    kept = subprocess.run(run + ["--expert-cache", "2M", "--page-cache", "--profile"], capture_output=True, text=True)
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["expert_cache"]["belady_hit_rate"] > 0
 
 
 def test_prefetch_reads_the_next_layers_experts_ahead(t120_path):

@@ -81,19 +81,20 @@ def test_weight_magnitudes_keep_activations_near_unit_scale(tiny_path):
 
 def test_inspect_json(tiny_path):
     out = subprocess.run([sys.executable, "-m", "goosedump", "inspect", tiny_path, "--json",
-                          "--expert-cache", "1M", "--ctx", "100"], capture_output=True, text=True, check=True)
+                          "--expert-cache", "2M", "--ctx", "100"], capture_output=True, text=True, check=True)
     r = json.loads(out.stdout)
     f = GGUFFile(tiny_path)
-    slot = sum(f.tensors[f"blk.0.{p}"].nbytes for p in (
-        "ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
-        "ffn_down_exps.weight", "ffn_down_exps.bias")) // 8
+    pieces = ("ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
+              "ffn_down_exps.weight", "ffn_down_exps.bias")
+    # a slot holds each piece in whole pages, plus one (direct reads start at a page boundary)
+    slot = sum(-(-f.tensors[f"blk.0.{p}"].nbytes // 8 // 4096) * 4096 + 4096 for p in pieces)
     assert r["expert_slot_bytes"] == slot
-    assert r["expert_bytes"] == slot * 8 * 4
+    assert r["expert_bytes"] == sum(f.tensors[f"blk.{i}.{p}"].nbytes for i in range(4) for p in pieces)
     assert r["dense_bytes"] + r["expert_bytes"] == sum(t.nbytes for t in f.tensors.values())
     assert r["tensors"] == 79 and r["hyperparameters"]["n_expert"] == 8
     assert r["bytes_by_type"]["MXFP4"]["tensors"] == 12
     m = r["memory"]
-    assert m["experts_in_place"] is True  # 1M covers the tiny model's 32 experts: no copies
+    assert m["experts_in_place"] is True  # 2M covers the tiny model's 32 experts: no copies
     assert m["expert_cache"] == r["expert_bytes"] and m["expert_slots"] == 32
     # kv cache: fp16 k and v for 2 kv heads of 16; 2 sliding layers keep 8 positions, 2 full keep 100
     assert m["kv_cache"] == 2 * 2 * 16 * 2 * (8 * 2 + 100 * 2)

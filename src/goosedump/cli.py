@@ -15,6 +15,9 @@ def _add_expert_cache(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expert-cache", metavar="SIZE", default=None,
                    help=f"expert cache budget, an integer followed by M or G, 1M..16G "
                         f"(default: ${ENV_EXPERT_CACHE}, else 2G)")
+    p.add_argument("--page-cache", action="store_true",
+                   help="leave the experts' pages in the OS page cache after reading (faster while RAM is "
+                        "free; the footprint is then bounded by the OS, not the budget)")
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
@@ -169,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .model import load
     prompt = _read_prompt(args)
     model = load(resolve_model(args.model), n_ctx=args.ctx, threads=args.threads,
-                 expert_cache=expert_cache_budget(args.expert_cache))
+                 expert_cache=expert_cache_budget(args.expert_cache), page_cache=args.page_cache)
     if args.routing_trace:
         model.transformer.routing = []
     on_text = None
@@ -211,12 +214,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.prompt_tokens < 1 or args.gen_tokens < 1 or args.reps < 1:
         raise UsageError("-p, -n and -r must be at least 1")
     model = load(resolve_model(args.model), n_ctx=args.prompt_tokens + args.gen_tokens, threads=args.threads,
-                 expert_cache=expert_cache_budget(args.expert_cache))
+                 expert_cache=expert_cache_budget(args.expert_cache), page_cache=args.page_cache)
     tr = model.transformer
     normal = [i for i in range(model.config.n_vocab) if i not in model.tokenizer.special_ids]
     rng = np.random.default_rng(0)
     runs = []
+    from .experts import StoreStats
     for rep in range(args.reps + 1):  # the first is a warm-up, not counted
+        model.store.stats = StoreStats()
         prompt = rng.choice(normal, args.prompt_tokens)
         cache = model.new_cache()
         t0 = time.perf_counter()
@@ -237,7 +242,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
               "reps": args.reps, "threads": _kernels.num_threads(),
               "prefill_tokens_per_s": statistics.mean(pre), "prefill_tokens_per_s_std": sd(pre),
               "decode_tokens_per_s": statistics.mean(dec), "decode_tokens_per_s_std": sd(dec),
-              "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs]}
+              "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs],
+              "expert_cache": model.store.snapshot()}   # the last repetition's counters
     if args.json:
         print(json.dumps(result))
         return 0
@@ -248,6 +254,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
           f"{result['prefill_tokens_per_s']:8.2f} ± {result['prefill_tokens_per_s_std']:5.2f} |")
     print(f"| {name[:24]:24s} | {result['threads']:7d} | {'tg' + str(args.gen_tokens):>6s} | "
           f"{result['decode_tokens_per_s']:8.2f} ± {result['decode_tokens_per_s_std']:5.2f} |")
+    st = result["expert_cache"]
+    tokens = args.prompt_tokens + args.gen_tokens
+    print_cache({**st, "bytes_read_per_token": st["bytes_read"] / tokens}, out=sys.stdout)
     return 0
 
 

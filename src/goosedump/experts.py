@@ -12,11 +12,14 @@ Eviction is frequency-aware with decay: each expert's use count halves every
 replaying routing traces (goosedump cache-sim; see the README): it keeps the
 popular experts of skewed routing, and matches LRU when routing is uniform.
 
-The budget and the page cache: by default each piece's pages are dropped from
-the OS page cache right after it is read (posix_fadvise DONTNEED), so the
-process's real footprint, page cache included, stays within the dense weights
-plus the budget. `page_cache=True` leaves the pages to the OS, which is faster
-while RAM is free and unbounded otherwise. When the budget covers every
+The budget and the page cache: by default experts are read with O_DIRECT,
+past the OS page cache (where a file system refuses O_DIRECT, pages are
+dropped right after each read with posix_fadvise DONTNEED), so the process's
+real footprint, page cache included, stays within the dense weights plus the
+budget, and no CPU time goes to copying out of the page cache.
+`page_cache=True` reads through the page cache and leaves the pages there:
+faster while RAM is free, slower under a memory limit (measured in
+benchmarks/bounded_memory.py; see the README). When the budget covers every
 expert, nothing is copied: experts are used in place from the memory map.
 """
 from __future__ import annotations
@@ -36,15 +39,18 @@ from .gguf import GGMLType, GGUFFile
 
 PIECES = ("ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
           "ffn_down_exps.weight", "ffn_down_exps.bias")
-_ALIGN = 64  # piece offsets inside a slot: float views and SIMD loads stay aligned
+_PAGE = 4096  # O_DIRECT reads: file offsets, lengths and buffers aligned to this
 
 
 def slot_layout(f: GGUFFile, c: ModelConfig) -> tuple[dict[str, int], int]:
-    """Offsets of the six pieces inside a slot and the slot's size."""
+    """Offsets of the six pieces' regions inside a slot and the slot's size.
+    A region is page-aligned and one page longer than its piece rounded up to
+    pages: a direct read covers the piece's pages whole, and the piece starts
+    at its offset within its first page."""
     offsets, size = {}, 0
     for name in PIECES:
         offsets[name] = size
-        size += -(-(f.tensors[f"blk.0.{name}"].nbytes // c.n_expert) // _ALIGN) * _ALIGN
+        size += -(-(f.tensors[f"blk.0.{name}"].nbytes // c.n_expert) // _PAGE) * _PAGE + _PAGE
     return offsets, size
 
 
@@ -104,7 +110,10 @@ class _Slot:
 
 
 class ExpertStore:
-    def __init__(self, f: GGUFFile, c: ModelConfig, budget: int, page_cache: bool = False, read_threads: int = 4):
+    def __init__(self, f: GGUFFile, c: ModelConfig, budget: int, page_cache: bool = False,
+                 read_threads: int | None = None):
+        # Reads in flight at once: more keep the disk's queue fuller.
+        read_threads = read_threads or int(os.environ.get("GOOSEDUMP_READ_THREADS", "4"))
         self.file, self.config = f, c
         self.page_cache = page_cache
         self.stats = StoreStats()
@@ -134,7 +143,9 @@ class ExpertStore:
             raise ValueError(f"an expert cache of {budget} bytes holds {self.n_slots} expert slots of "
                              f"{slot_bytes} bytes; a token needs {c.n_expert_used} at once: give at least "
                              f"{-(-need // (1 << 20))}M")
-        self._buf = np.empty((self.n_slots, slot_bytes), np.uint8)
+        raw = np.empty(self.n_slots * slot_bytes + _PAGE, np.uint8)
+        skip = -raw.ctypes.data % _PAGE
+        self._buf = raw[skip:skip + self.n_slots * slot_bytes].reshape(self.n_slots, slot_bytes)
         self._slots = [_Slot() for _ in range(self.n_slots)]
         self._index: dict[tuple[int, int], int] = {}
         self._lru: OrderedDict[int, None] = OrderedDict()   # unpinned ready slots, least recently used first
@@ -146,10 +157,16 @@ class ExpertStore:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="goosedump-read")
         self._fd = os.open(f.path, os.O_RDONLY)
+        self.direct = False
         if not page_cache:
-            # No readahead: it would pull the neighbouring experts' pages into
-            # the page cache, outside the budget and past the DONTNEED ranges.
-            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
+            try:
+                direct_fd = os.open(f.path, os.O_RDONLY | os.O_DIRECT)
+                os.close(self._fd)
+                self._fd, self.direct = direct_fd, True
+            except (OSError, AttributeError):
+                # No readahead: it would pull the neighbouring experts' pages
+                # into the page cache, outside the budget and the DONTNEED ranges.
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
 
     def close(self) -> None:
         if not self.in_place and self._fd >= 0:
@@ -168,11 +185,12 @@ class ExpertStore:
         return ExpertView(*parts)
 
     def _slot_view(self, layer: int, s: int) -> ExpertView:
+        _, e = self._slots[s].key
         parts = []
         for name in PIECES:
             p = self._pieces[layer][name]
-            raw = self._buf[s, p.slot_offset:p.slot_offset + p.nbytes]
-            parts.append(raw.view(p.dtype).reshape(p.shape))
+            start = p.slot_offset + (p.offset + e * p.stride) % _PAGE   # the piece inside its first page
+            parts.append(self._buf[s, start:start + p.nbytes].view(p.dtype).reshape(p.shape))
         return ExpertView(*parts)
 
     # -- reads ---------------------------------------------------------------
@@ -182,22 +200,28 @@ class ExpertStore:
         total = 0
         for name in PIECES:
             p = self._pieces[layer][name]
-            dst = memoryview(self._buf[s, p.slot_offset:p.slot_offset + p.nbytes])
             offset = p.offset + e * p.stride
+            shift = offset % _PAGE
+            # Whole pages from the one holding the piece's first byte: what a
+            # direct read needs, and the same place in the slot either way.
+            need = shift + p.nbytes
+            length = -(-need // _PAGE) * _PAGE
+            dst = memoryview(self._buf[s, p.slot_offset:p.slot_offset + length])
+            start = offset - shift
             done = 0
-            while done < p.nbytes:
+            while done < need:
                 try:
-                    n = os.preadv(self._fd, [dst[done:]], offset + done)
+                    n = os.preadv(self._fd, [dst[done:] if self.direct else dst[done:need]], start + done)
                 except OSError as err:
                     raise ExpertReadError(f"{self.file.path}: reading blk.{layer}.{name} expert {e} "
                                           f"({p.nbytes} bytes at byte {offset}): {err}") from None
                 if n == 0:
                     raise ExpertReadError(f"{self.file.path}: short read of blk.{layer}.{name} expert {e}: "
-                                          f"got {done} of {p.nbytes} bytes at byte {offset} (was the file "
-                                          f"truncated?)")
+                                          f"got {max(0, done - shift)} of {p.nbytes} bytes at byte {offset} "
+                                          f"(was the file truncated?)")
                 done += n
-            if not self.page_cache:
-                os.posix_fadvise(self._fd, offset, p.nbytes, os.POSIX_FADV_DONTNEED)
+            if not self.page_cache and not self.direct:
+                os.posix_fadvise(self._fd, start, length, os.POSIX_FADV_DONTNEED)
             total += p.nbytes
         with self._lock:
             self.stats.read_seconds += time.perf_counter() - t0
@@ -379,5 +403,6 @@ class ExpertStore:
 
     def snapshot(self) -> dict:
         d = self.stats.as_dict()
-        d.update(in_place=self.in_place, slots=self.n_slots, slot_bytes=self.slot_bytes, budget=self.budget)
+        d.update(in_place=self.in_place, slots=self.n_slots, slot_bytes=self.slot_bytes, budget=self.budget,
+                 direct_io=getattr(self, "direct", False))
         return d

@@ -66,7 +66,7 @@ def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int)
     """What a run needs: dense weights, the expert cache (whole slots within
     the budget; all experts in place when it covers them), the fp16 KV cache
     (sliding layers keep only their window) and prefill scratch buffers."""
-    in_place = budget >= layout.expert_bytes
+    in_place = budget >= layout.n_expert_slots * layout.expert_slot_bytes   # as the store decides
     slots = layout.n_expert_slots if in_place else budget // layout.expert_slot_bytes
     per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
     kv = sum(per_pos * (min(ctx, c.sliding_window) if c.is_sliding(i) else ctx) for i in range(c.n_layer))
@@ -74,8 +74,8 @@ def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int)
     acts = T * (4 * c.n_embd + c.n_head * (c.head_dim + c.value_dim) + 2 * c.n_ff_expert) * 4
     scores = T * c.n_head * ctx * 4
     logits = c.n_vocab * 4 * 2
-    return MemoryEstimate(layout.dense_bytes, slots * layout.expert_slot_bytes, slots, in_place, kv,
-                          acts + scores + logits)
+    experts = layout.expert_bytes if in_place else slots * layout.expert_slot_bytes   # in place: mapped
+    return MemoryEstimate(layout.dense_bytes, experts, slots, in_place, kv, acts + scores + logits)
 
 
 class Model:
