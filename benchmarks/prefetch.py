@@ -1,0 +1,31 @@
+"""Decode through the expert cache with and without prefetch: tokens/s, read
+stall per token, prediction accuracy and hit rate.
+
+usage: python benchmarks/prefetch.py MODEL.gguf [--expert-cache 2G] [--gen 12]
+"""
+import argparse
+import sys
+
+import goosedump
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--expert-cache", default="2G")
+    ap.add_argument("--gen", type=int, default=12)
+    args = ap.parse_args()
+    print(f"{'prefetch':8s} {'decode tok/s':>12s} {'stall s/token':>14s} {'accuracy':>9s} {'hit rate':>9s}")
+    for prefetch in (False, True):
+        m = goosedump.load(args.model, expert_cache=args.expert_cache)
+        m.transformer.prefetch = prefetch
+        r = m.generate([976, 4853, 19705, 68347], max_tokens=args.gen)
+        s = r.expert_cache
+        print(f"{'on' if prefetch else 'off':8s} {r.decode_tokens_per_s:12.3f} "
+              f"{s['stall_seconds'] / r.generated_tokens:14.2f} "
+              f"{100 * s['prefetch_accuracy']:8.0f}% {100 * s['hit_rate']:8.0f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
