@@ -149,6 +149,7 @@ def test_cli_expert_cache_flag_and_env(t120_path):
     assert small.returncode == 0, small.stderr
     st = json.loads(small.stdout)["expert_cache"]
     assert not st["in_place"] and st["slots"] > 0 and st["misses"] > 0 and st["bytes_read"] > 0
+    assert 0 < st["belady_hit_rate"] <= 1
     kept = subprocess.run(run + ["--expert-cache", "2M", "--page-cache", "--profile"], capture_output=True, text=True)
     assert kept.returncode == 0, kept.stderr
     assert json.loads(kept.stdout)["expert_cache"]["belady_hit_rate"] > 0

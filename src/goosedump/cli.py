@@ -222,6 +222,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .experts import StoreStats
     for rep in range(args.reps + 1):  # the first is a warm-up, not counted
         model.store.stats = StoreStats()
+        tr.routing = [] if not model.store.in_place else None   # for Belady's hit rate
         prompt = rng.choice(normal, args.prompt_tokens)
         cache = model.new_cache()
         t0 = time.perf_counter()
@@ -244,6 +245,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
               "decode_tokens_per_s": statistics.mean(dec), "decode_tokens_per_s_std": sd(dec),
               "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs],
               "expert_cache": model.store.snapshot()}   # the last repetition's counters
+    if tr.routing is not None:
+        from .cachesim import simulate
+        result["expert_cache"]["belady_hit_rate"] = simulate(tr.routing_trace(), model.store.n_slots,
+                                                             "belady")["hit_rate"]
     if args.json:
         print(json.dumps(result))
         return 0
