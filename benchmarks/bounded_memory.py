@@ -98,39 +98,9 @@ def child_goosedump(args) -> dict:
 
 
 def child_llamacpp(args) -> dict:
-    import llama_cpp
-    import numpy as np
-    ids = json.loads(args.ids)
-    if not args.repack:
-        # Keep llama.cpp's weights memory-mapped (a plain mmap runner): its CPU
-        # weight repacking copies the experts into anonymous memory, which no
-        # limit below the file size survives.
-        default = llama_cpp.llama_model_default_params
-
-        def no_repack():
-            p = default()
-            p.use_extra_bufts = False
-            return p
-        llama_cpp.llama_model_default_params = no_repack
-        import llama_cpp.llama as llama_mod
-        llama_mod.llama_cpp.llama_model_default_params = no_repack
-    llm = llama_cpp.Llama(model_path=args.model, n_ctx=len(ids) + args.gen, n_threads=args.threads,
-                          n_threads_batch=args.threads, verbose=False)
-    n_vocab = llm.n_vocab()
-
-    def last_argmax() -> int:
-        ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
-
-    t0 = time.perf_counter()
-    llm.eval(ids)
-    tok = last_argmax()
-    t1 = time.perf_counter()
-    for _ in range(args.gen - 1):
-        llm.eval([tok])
-        tok = last_argmax()
-    t2 = time.perf_counter()
-    return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "n_decode": args.gen - 1, "read_bytes": read_bytes()}
+    from llamacpp_greedy import greedy
+    r = greedy(args.model, json.loads(args.ids), args.gen, args.threads, repack=args.repack)
+    return {**r, "read_bytes": read_bytes()}
 
 
 def run(engine: str, python: str, args, ids: list[int], limit: int, page_cache: bool) -> dict:

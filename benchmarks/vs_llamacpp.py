@@ -64,29 +64,8 @@ def child_goosedump(args) -> dict:
 
 
 def child_llamacpp(args) -> dict:
-    import llama_cpp
-    import numpy as np
-    ids = json.loads(args.ids)
-    llm = llama_cpp.Llama(model_path=args.model, n_ctx=len(ids) + args.gen, n_threads=args.threads,
-                          n_threads_batch=args.threads, n_batch=512, verbose=False)
-    n_vocab = llm.n_vocab()
-
-    def last_argmax() -> int:
-        ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
-
-    t0 = time.perf_counter()
-    llm.eval(ids)
-    tok = last_argmax()
-    t1 = time.perf_counter()
-    tokens = [tok]
-    for _ in range(args.gen - 1):   # greedy, end-of-generation ignored: same work as goosedump
-        llm.eval([tok])
-        tok = last_argmax()
-        tokens.append(tok)
-    t2 = time.perf_counter()
-    return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "n_prompt": len(ids), "n_decode": args.gen - 1,
-            "tokens": tokens, "stop": "max_tokens"}
+    from llamacpp_greedy import greedy
+    return greedy(args.model, json.loads(args.ids), args.gen, args.threads)
 
 
 def cpu_jiffies() -> tuple[int, int]:
