@@ -113,8 +113,9 @@ class Generation:
         store = tr.store
         if store is not None:
             store.stats = StoreStats()   # counters for this generation
-        if profile and store is not None and not store.in_place and tr.routing is None:
-            tr.routing = []              # for the oracle's hit rate below
+        own_routing = profile and store is not None and not store.in_place and tr.routing is None
+        if own_routing:
+            tr.routing = []              # this generation's routing, for the oracle's hit rate below
         t0 = time.perf_counter()
         deadline = None if time_budget is None else t0 + time_budget
         cache.reset()
@@ -166,9 +167,11 @@ class Generation:
             cache_stats = store.snapshot()
             tokens = len(prompt) + len(st.generated)
             cache_stats["bytes_read_per_token"] = cache_stats["bytes_read"] / tokens if tokens else 0.0
-            if profile and not store.in_place:
+            if profile and not store.in_place and tr.routing is not None:
                 from .cachesim import simulate
                 cache_stats["belady_hit_rate"] = simulate(tr.routing_trace(), store.n_slots, "belady")["hit_rate"]
+            if own_routing:
+                tr.routing = None
         self.result = GenerationResult(
             text="".join(st.pieces), prompt_token_ids=list(map(int, prompt)), token_ids=st.generated,
             stop_reason=stop, prefill_seconds=t_prefill - t0, decode_seconds=t_end - t_prefill,
