@@ -154,7 +154,9 @@ class ExpertStore:
         self._free = list(range(self.n_slots))
         self._loading: dict[tuple[int, int], int] = {}     # prefetches in flight: key -> slot
         self._predicted: dict[int, set[int]] = {}           # layer -> experts predicted for it
-        self._lock = threading.Lock()
+        # Re-entrant: a read that is already done runs its done-callback at
+        # once, in the thread that registers it, which holds this lock.
+        self._lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="goosedump-read")
         self._fd = os.open(f.path, os.O_RDONLY)
         self.direct = False
@@ -358,9 +360,9 @@ class ExpertStore:
                     return
                 slot = self._slots[s]
                 slot.key, slot.ready, slot.pins = key, False, 0
+                self._loading[key] = s   # before the callback can look for it
                 slot.future = self._pool.submit(self._read, layer, e, s)
                 slot.future.add_done_callback(lambda fut, key=key, s=s: self._prefetch_done(key, s, fut))
-                self._loading[key] = s
                 self.stats.prefetched += 1
 
     def _prefetch_done(self, key: tuple[int, int], s: int, fut: Future) -> None:
