@@ -117,6 +117,7 @@ def decode_bytes_per_token(model_path: str, ctx: int) -> int:
     embd = m.file.tensors["token_embd.weight"].nbytes // c.n_vocab
     experts = c.n_layer * c.n_expert_used * m.layout.expert_slot_bytes
     per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
+    # the positions attention reads: the last `window` on sliding layers, all on full ones
     kv = sum(per_pos * (min(ctx, c.sliding_window) if c.is_sliding(i) else ctx) for i in range(c.n_layer))
     return dense + embd + experts + kv
 

@@ -96,8 +96,11 @@ def test_inspect_json(tiny_path):
     m = r["memory"]
     assert m["experts_in_place"] is True  # 2M covers the tiny model's 32 experts: no copies
     assert m["expert_cache"] == r["expert_bytes"] and m["expert_slots"] == 32
-    # kv cache: fp16 k and v for 2 kv heads of 16; 2 sliding layers keep 8 positions, 2 full keep 100
-    assert m["kv_cache"] == 2 * 2 * 16 * 2 * (8 * 2 + 100 * 2)
+    # kv cache: fp16 k and v for 2 kv heads of 16; the 2 sliding layers' rings (window 8 + 127) are
+    # capped by the context of 100, like the 2 full layers: exactly what the engine allocates
+    assert m["kv_cache"] == 2 * 2 * 16 * 2 * (100 * 2 + 100 * 2)
+    import goosedump
+    assert m["kv_cache"] == goosedump.load(tiny_path).new_cache(100).nbytes
 
 
 def test_budget_smaller_than_the_experts_holds_whole_slots(tiny_model):

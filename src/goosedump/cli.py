@@ -172,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .model import load
     prompt = _read_prompt(args)
     model = load(resolve_model(args.model), n_ctx=args.ctx, threads=args.threads,
-                 expert_cache=expert_cache_budget(args.expert_cache), page_cache=args.page_cache)
+                 expert_cache=args.expert_cache, page_cache=args.page_cache)
     if args.routing_trace:
         model.transformer.routing = []
     on_text = None
@@ -214,7 +214,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.prompt_tokens < 1 or args.gen_tokens < 1 or args.reps < 1:
         raise UsageError("-p, -n and -r must be at least 1")
     model = load(resolve_model(args.model), n_ctx=args.prompt_tokens + args.gen_tokens, threads=args.threads,
-                 expert_cache=expert_cache_budget(args.expert_cache), page_cache=args.page_cache)
+                 expert_cache=args.expert_cache, page_cache=args.page_cache)
     tr = model.transformer
     normal = [i for i in range(model.config.n_vocab) if i not in model.tokenizer.special_ids]
     rng = np.random.default_rng(0)

@@ -127,6 +127,20 @@ class Layer:
     window: int                    # 0: full attention
 
 
+def kv_positions(c: ModelConfig, layer: int, n_ctx: int) -> int:
+    """Positions a layer's KV cache holds: sliding layers a ring of window +
+    PREFILL_BATCH - 1 (every position a batch's queries can read), full
+    layers the whole context."""
+    return min(n_ctx, c.sliding_window + PREFILL_BATCH - 1) if c.is_sliding(layer) else n_ctx
+
+
+def route(L: "Layer", h: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A layer's router on h [T, D]: the top-k experts by logit (ties: lowest
+    index) [T, k] and the logits [T, E]."""
+    logits = h @ L.ffn_gate_inp.T + L.ffn_gate_inp_bias                 # [T, E]
+    return np.argsort(-logits, axis=-1, kind="stable")[:, :k], logits
+
+
 class KVCache:
     """fp16 keys and values per layer. Sliding layers keep a ring of
     window + PREFILL_BATCH - 1 positions (all a batch's queries can read);
@@ -136,7 +150,7 @@ class KVCache:
         self.n_ctx = n_ctx
         self.k, self.v = [], []
         for i in range(c.n_layer):
-            cap = min(n_ctx, c.sliding_window + PREFILL_BATCH - 1) if c.is_sliding(i) else n_ctx
+            cap = kv_positions(c, i, n_ctx)
             self.k.append(np.zeros((cap, c.n_head_kv, c.head_dim), np.float16))
             self.v.append(np.zeros((cap, c.n_head_kv, c.value_dim), np.float16))
         self.n = 0
@@ -228,9 +242,8 @@ class Transformer:
     def moe(self, L: Layer, i: int, h: np.ndarray) -> np.ndarray:
         c = self.config
         t0 = time.perf_counter()
-        logits = h @ L.ffn_gate_inp.T + L.ffn_gate_inp_bias                     # [T, E]
-        # top-k by logit (ties: lowest index), then softmax over those k only
-        top = np.argsort(-logits, axis=-1, kind="stable")[:, :c.n_expert_used]  # [T, k]
+        # top-k by logit, then softmax over those k only
+        top, logits = route(L, h, c.n_expert_used)                             # [T, k], [T, E]
         top_logits = np.take_along_axis(logits, top, axis=-1)
         w = np.exp(top_logits - top_logits.max(axis=-1, keepdims=True))
         w /= w.sum(axis=-1, keepdims=True)
@@ -260,9 +273,7 @@ class Transformer:
         c = self.config
         for n, (e, v) in enumerate(self.store.fetch(i, np.unique(top))):
             if n == 0 and self.prefetch and i + 1 < c.n_layer:
-                nxt = self.layers[i + 1]
-                logits = h @ nxt.ffn_gate_inp.T + nxt.ffn_gate_inp_bias
-                guess = np.argsort(-logits, axis=-1, kind="stable")[:, :c.n_expert_used]
+                guess, _ = route(self.layers[i + 1], h, c.n_expert_used)
                 self.store.prefetch(i + 1, np.unique(guess))
             try:
                 tok, slot = np.nonzero(top == e)

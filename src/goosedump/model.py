@@ -15,14 +15,12 @@ from .budget import expert_cache_budget
 from .config import ModelConfig, check_tensors, read_config
 from .experts import PIECES as EXPERT_PIECES
 from .experts import ExpertStore, slot_layout
-from .forward import PREFILL_BATCH, KVCache, Transformer
+from .forward import PREFILL_BATCH, KVCache, Transformer, kv_positions
 from .generate import Generation, GenerationResult, check_context
 from .gguf import GGUFFile
 from .tokenizer import Tokenizer
 
 DEFAULT_CTX = 4096
-
-
 
 
 @dataclass(frozen=True)
@@ -65,11 +63,11 @@ class MemoryEstimate:
 def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int) -> MemoryEstimate:
     """What a run needs: dense weights, the expert cache (whole slots within
     the budget; all experts in place when it covers them), the fp16 KV cache
-    (sliding layers keep only their window) and prefill scratch buffers."""
+    (as KVCache allocates it) and prefill scratch buffers."""
     in_place = budget >= layout.n_expert_slots * layout.expert_slot_bytes   # as the store decides
     slots = layout.n_expert_slots if in_place else budget // layout.expert_slot_bytes
     per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
-    kv = sum(per_pos * (min(ctx, c.sliding_window) if c.is_sliding(i) else ctx) for i in range(c.n_layer))
+    kv = sum(per_pos * kv_positions(c, i, ctx) for i in range(c.n_layer))
     T = PREFILL_BATCH
     acts = T * (4 * c.n_embd + c.n_head * (c.head_dim + c.value_dim) + 2 * c.n_ff_expert) * 4
     scores = T * c.n_head * ctx * 4
