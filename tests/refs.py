@@ -41,3 +41,20 @@ def tiktoken_harmony():
             os.environ["TIKTOKEN_CACHE_DIR"] = old
     assert enc.n_vocab == 201088
     return enc
+
+
+@functools.lru_cache(maxsize=1)
+def harmony_encoding():
+    """openai-harmony's HARMONY_GPT_OSS encoding, its vocabulary given offline
+    (TIKTOKEN_ENCODINGS_BASE is where it looks for o200k_base.tiktoken)."""
+    folder = write_tiktoken_vocab(tempfile.mkdtemp(prefix="goosedump-harmony-"))
+    old = os.environ.get("TIKTOKEN_ENCODINGS_BASE")
+    os.environ["TIKTOKEN_ENCODINGS_BASE"] = folder
+    try:
+        import openai_harmony
+        return openai_harmony.load_harmony_encoding(openai_harmony.HarmonyEncodingName.HARMONY_GPT_OSS)
+    finally:
+        if old is None:
+            del os.environ["TIKTOKEN_ENCODINGS_BASE"]
+        else:
+            os.environ["TIKTOKEN_ENCODINGS_BASE"] = old

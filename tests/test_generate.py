@@ -177,16 +177,17 @@ def test_tiny_model_with_the_120b_routing_shape(tmp_path, small_vocab):
 
 def test_profile_parts_add_up(tiny_model):
     r = tiny_model.generate(PROMPT, max_tokens=10, profile=True)
-    assert set(r.profile) == {"prefill", "decode"}
-    for phase, p in r.profile.items():
+    assert set(r.profile["phases"]) == {"prefill", "decode"}
+    split = {phase: p["split"] for phase, p in r.profile["phases"].items()}
+    for phase, p in split.items():
         parts = p["seconds"]
         assert set(parts) == {"attn_proj", "attention", "router", "experts", "output_head", "other"}
         assert all(v >= 0 for v in parts.values())
         assert sum(parts.values()) == pytest.approx(p["total_seconds"], rel=1e-9)
         assert parts["attn_proj"] > 0 and parts["experts"] > 0 and parts["output_head"] > 0
-    assert r.profile["prefill"]["tokens"] == r.prompt_tokens and r.profile["decode"]["tokens"] == r.decode_steps
+    assert split["prefill"]["tokens"] == r.prompt_tokens - r.cached_tokens and split["decode"]["tokens"] == r.decode_steps
     # the forward passes are most of the decode time; the rest is the loop and text decoding
-    assert r.profile["decode"]["total_seconds"] <= r.decode_seconds
+    assert split["decode"]["total_seconds"] <= r.decode_seconds
     assert "profile" in r.to_dict() and "profile" not in tiny_model.generate(PROMPT, max_tokens=2).to_dict()
 
 

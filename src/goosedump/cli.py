@@ -116,9 +116,10 @@ def _read_prompt(args: argparse.Namespace):
 
 def print_profile(profile: dict, out=sys.stderr) -> None:
     print("where the time went (ms per token; 'other' is Python, norms, RoPE, embeddings):", file=out)
-    parts = list(next(iter(profile.values()))["seconds"])
+    split = {phase: p["split"] for phase, p in profile["phases"].items()}
+    parts = list(next(iter(split.values()))["seconds"])
     print(f"  {'phase':8s} {'tokens':>6s} " + " ".join(f"{p:>11s}" for p in parts) + f" {'total':>9s}", file=out)
-    for phase, p in profile.items():
+    for phase, p in split.items():
         if not p["tokens"]:
             continue
         ms = p["ms_per_token"]

@@ -137,14 +137,20 @@ def kv_positions(c: ModelConfig, layer: int, n_ctx: int) -> int:
 def route(L: "Layer", h: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """A layer's router on h [T, D]: the top-k experts by logit (ties: lowest
     index) [T, k] and the logits [T, E]."""
-    logits = h @ L.ffn_gate_inp.T + L.ffn_gate_inp_bias                 # [T, E]
+    # One matrix-vector product per token, not h @ W.T: BLAS rounds a
+    # matrix product differently from a vector product, and a token's experts
+    # must not depend on how many tokens share its batch (a cached prefix,
+    # prefill versus decode: same logits, bit for bit).
+    W = L.ffn_gate_inp
+    logits = np.stack([W @ row for row in h]) + L.ffn_gate_inp_bias    # [T, E]
     return np.argsort(-logits, axis=-1, kind="stable")[:, :k], logits
 
 
 class KVCache:
     """fp16 keys and values per layer. Sliding layers keep a ring of
     window + PREFILL_BATCH - 1 positions (all a batch's queries can read);
-    full layers keep the whole context. `n` positions are filled."""
+    full layers keep the whole context. `n` positions are filled, by the
+    token ids in `tokens`."""
 
     def __init__(self, c: ModelConfig, n_ctx: int):
         self.n_ctx = n_ctx
@@ -153,10 +159,58 @@ class KVCache:
             cap = kv_positions(c, i, n_ctx)
             self.k.append(np.zeros((cap, c.n_head_kv, c.head_dim), np.float16))
             self.v.append(np.zeros((cap, c.n_head_kv, c.value_dim), np.float16))
+        # (layer, window) of the layers whose ring is shorter than the context
+        self.rings = [(i, c.sliding_window) for i in range(c.n_layer) if len(self.k[i]) < n_ctx]
         self.n = 0
+        self.tokens: list[int] = []
+        self._saved: tuple[int, list] | None = None
 
     def reset(self) -> None:
-        self.n = 0
+        self.truncate(0)
+
+    def _rings_hold(self, p: int, n: int) -> bool:
+        """Would the rings, filled up to n, still hold every position a query
+        at p reads (the window before it)?"""
+        return all(max(0, p - w + 1) >= max(0, n - len(self.k[i])) for i, w in self.rings)
+
+    def save_window(self) -> None:
+        """Copy the rings as they are now (small: a window per sliding layer),
+        so that a later turn can rewind to this point even after decoding has
+        wrapped the rings."""
+        self._saved = (self.n, [(i, self.k[i].copy(), self.v[i].copy()) for i, _ in self.rings])
+
+    def _restorable(self, p: int) -> bool:
+        return self._saved is not None and p <= self._saved[0] and self._rings_hold(p, self._saved[0])
+
+    def truncate(self, p: int) -> int:
+        """Keep the first p positions if the cache can; returns how many it kept
+        (p, or 0 when a ring has lost what position p needs)."""
+        p = max(0, min(p, self.n))
+        if not self._rings_hold(p, self.n):
+            if self._restorable(p):
+                for i, k, v in self._saved[1]:
+                    self.k[i][...] = k
+                    self.v[i][...] = v
+            else:
+                p = 0
+        if self._saved is not None and p < self._saved[0]:
+            self._saved = None       # positions after p will be rewritten by other tokens
+        self.n = p
+        del self.tokens[p:]
+        return p
+
+    def reuse(self, prompt) -> int:
+        """Keep the longest cached prefix of prompt that the cache can rewind
+        to, always leaving at least one prompt token to run; returns its length."""
+        n = min(len(self.tokens), len(prompt) - 1)
+        cached = np.asarray(self.tokens[:n], dtype=np.int64)
+        differ = np.flatnonzero(cached != np.asarray(prompt[:n], dtype=np.int64))
+        common = int(differ[0]) if len(differ) else n
+        if self._rings_hold(common, self.n) or self._restorable(common):
+            return self.truncate(common)
+        if self._saved is not None and self._saved[0] < common and self._restorable(self._saved[0]):
+            return self.truncate(self._saved[0])   # the saved point lies within the shared prefix
+        return self.truncate(0)
 
     @property
     def nbytes(self) -> int:
@@ -339,4 +393,5 @@ class Transformer:
             h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
             x = x + self.moe(L, i, h)
         cache.n += T
+        cache.tokens.extend(int(t) for t in tokens)
         return x

@@ -18,6 +18,7 @@ from .experts import ExpertStore, slot_layout
 from .forward import PREFILL_BATCH, KVCache, Transformer, kv_positions
 from .generate import Generation, GenerationResult, check_context
 from .gguf import GGUFFile
+from .sampling import GREEDY, SamplingParams
 from .tokenizer import Tokenizer
 
 DEFAULT_CTX = 4096
@@ -136,27 +137,54 @@ class Model:
         return ids
 
     def generate_stream(self, prompt: str | Sequence[int], max_tokens: int = 256,
-                        time_budget: float | None = None, profile: bool = False) -> Generation:
-        """Greedy generation as an iterator of text pieces (each whole code
-        points); its `.result` is the GenerationResult once exhausted."""
+                        time_budget: float | None = None, profile: bool = False,
+                        sampling: SamplingParams | None = None, reuse_cache: bool = True) -> Generation:
+        """Generation as an iterator of text pieces (each whole code points);
+        its `.result` is the GenerationResult once exhausted. sampling: None
+        for greedy. reuse_cache: keep the KV cache of the prefix this prompt
+        shares with the previous generation's tokens (a conversation's next
+        turn prefills only what is new)."""
         ids = self._prompt_ids(prompt)
         check_context(len(ids), max_tokens, self.n_ctx)
         if self._cache is None:
             self._cache = self.new_cache()
         return Generation(self.transformer, self.tokenizer, self._cache, ids, max_tokens, time_budget,
-                          profile=profile)
+                          profile=profile, sampling=sampling or GREEDY, reuse_cache=reuse_cache)
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 256, time_budget: float | None = None,
-                 on_text: Callable[[str], None] | None = None, profile: bool = False) -> GenerationResult:
-        """Greedy generation from text or token ids. Stops on an end-of-generation
-        token, max_tokens, a repetition loop or the time budget (seconds).
-        profile=True fills result.profile with where the time went."""
-        gen = self.generate_stream(prompt, max_tokens, time_budget, profile)
+                 on_text: Callable[[str], None] | None = None, profile: bool = False,
+                 sampling: SamplingParams | None = None, reuse_cache: bool = True) -> GenerationResult:
+        """Generation from text (a raw completion) or token ids; greedy unless
+        sampling says otherwise. Stops on an end-of-generation token,
+        max_tokens, a repetition loop or the time budget (seconds).
+        profile=True fills result.profile with where time, memory and
+        routing went."""
+        gen = self.generate_stream(prompt, max_tokens, time_budget, profile, sampling, reuse_cache)
         for piece in gen:
             if on_text is not None:
                 on_text(piece)
         assert gen.result is not None
         return gen.result
+
+    def chat_stream(self, messages: Sequence[dict], max_tokens: int = 1024, *, reasoning_effort: str = "medium",
+                    tools: Sequence[dict] | None = None, date: str | None = None,
+                    sampling: SamplingParams | None = None, time_budget: float | None = None,
+                    profile: bool = False, chat_format: str = "auto") -> "ChatStream":
+        """A chat turn: the conversation rendered (render_chat), then generated
+        and parsed as it streams. Iterate for harmony.Delta pieces (text with
+        its channel); `.reply` and `.result` are set at the end."""
+        from .chat import ChatStream
+        ids = self.render_chat(messages, reasoning_effort=reasoning_effort, tools=tools, date=date,
+                               chat_format=chat_format)
+        return ChatStream(self.generate_stream(ids, max_tokens, time_budget, profile, sampling), self.tokenizer)
+
+    def chat(self, messages: Sequence[dict], max_tokens: int = 1024, **kw) -> "ChatStream":
+        """chat_stream run to its end: `.reply` (content, reasoning_content,
+        tool_calls) and `.result` (tokens, timings)."""
+        stream = self.chat_stream(messages, max_tokens, **kw)
+        for _ in stream:
+            pass
+        return stream
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits at every position of tokens [T, V], from a fresh cache."""
@@ -166,6 +194,16 @@ class Model:
     @property
     def chat_template(self) -> str | None:
         return self.file.get("tokenizer.chat_template")
+
+    def render_chat(self, messages: Sequence[dict], *, reasoning_effort: str = "medium",
+                    tools: Sequence[dict] | None = None, date: str | None = None,
+                    chat_format: str = "auto") -> list[int]:
+        """Prompt tokens for an OpenAI-style conversation (see goosedump.chat):
+        harmony for gpt-oss models, the GGUF's chat template otherwise or with
+        chat_format="template". date is YYYY-MM-DD (default today)."""
+        from .chat import render_chat
+        return render_chat(self.tokenizer, self.chat_template, messages, reasoning_effort=reasoning_effort,
+                           tools=tools, date=date, chat_format=chat_format)
 
     def close(self) -> None:
         if self._store is not None:

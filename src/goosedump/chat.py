@@ -1,0 +1,269 @@
+"""Conversations as OpenAI's API writes them, turned into prompt tokens, and
+the model's harmony output turned back into an OpenAI-style reply.
+
+How the prompt is rendered: a model whose vocabulary holds the harmony
+formatting tokens (every gpt-oss model does) is rendered by our harmony
+renderer, which equals openai-harmony token for token. A model without them
+falls back to the chat template embedded in its GGUF
+(`tokenizer.chat_template`), rendered with Jinja as transformers does.
+`chat_format="template"` forces the embedded template.
+
+The mapping from OpenAI messages to harmony, as openai-harmony and the
+gpt-oss reference server do it:
+- a system message with the model identity, knowledge cutoff, the date, the
+  reasoning effort and the valid channels always comes first;
+- OpenAI "system" and "developer" messages become the developer message's
+  instructions (joined by a blank line, in order), with the function tools;
+- an assistant message's `reasoning_content` (or `reasoning`) goes to the
+  analysis channel, its `content` to final (to commentary, as a preamble,
+  when it also makes tool calls), and each tool call is a commentary
+  message to `functions.NAME` with JSON arguments;
+- a "tool" message is the reply of `functions.NAME`, NAME found from its
+  `tool_call_id` (or its own "name").
+Reasoning of turns that ended in a final answer is dropped.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import harmony
+from .harmony import Message, SystemContent, Tool
+
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class ChatError(ValueError):
+    """A conversation or option that cannot be rendered; the message names
+    the message index and field."""
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):   # content parts
+        out = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text", "output_text"):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise ChatError(f"{where}: content part {j} has type {kind!r}; only text parts are supported")
+            if not isinstance(part.get("text"), str):
+                raise ChatError(f"{where}: content part {j} has no 'text' string")
+            out.append(part["text"])
+        return "".join(out)
+    raise ChatError(f"{where}: content must be a string or a list of text parts, got {type(content).__name__}")
+
+
+def parse_tools(tools: Sequence[dict] | None) -> list[Tool]:
+    """OpenAI tool definitions ({"type": "function", "function": {...}}, or the
+    Responses API's flat {"type": "function", "name": ...}) as harmony tools."""
+    out = []
+    for i, t in enumerate(tools or []):
+        if not isinstance(t, dict) or t.get("type", "function") != "function":
+            raise ChatError(f"tools[{i}]: only function tools are supported, got "
+                            f"{t.get('type') if isinstance(t, dict) else type(t).__name__!r}")
+        fn = t.get("function", t)
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", name):
+            raise ChatError(f"tools[{i}]: a function needs a name of letters, digits, _ or - (got {name!r})")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise ChatError(f"tools[{i}] ({name}): parameters must be a JSON schema object")
+        desc = fn.get("description") or ""
+        if not isinstance(desc, str):
+            raise ChatError(f"tools[{i}] ({name}): description must be a string")
+        out.append(Tool(name, desc, params))
+    return out
+
+
+@dataclass
+class ChatOptions:
+    reasoning_effort: str = "medium"
+    date: str | None = None            # YYYY-MM-DD; None: today
+    tools: list[Tool] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.reasoning_effort not in harmony.REASONING_EFFORTS:
+            raise ChatError(f"reasoning_effort must be one of {', '.join(harmony.REASONING_EFFORTS)}, "
+                            f"got {self.reasoning_effort!r}")
+        if self.date is None:
+            self.date = dt.date.today().isoformat()
+        elif not DATE_RE.match(self.date):
+            raise ChatError(f"date must be YYYY-MM-DD, got {self.date!r}")
+
+
+def to_harmony(messages: Sequence[dict], opts: ChatOptions) -> list[Message]:
+    """OpenAI-style messages as harmony messages (see the module's docstring)."""
+    if not isinstance(messages, (list, tuple)):
+        raise ChatError(f"messages must be a list, got {type(messages).__name__}")
+    instructions: list[str] = []
+    body: list[Message] = []
+    call_names: dict[str, str] = {}
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise ChatError(f"{where} must be an object with a 'role', got {type(m).__name__}")
+        role = m.get("role")
+        if role in ("system", "developer"):
+            instructions.append(_text(m.get("content"), where))
+        elif role == "user":
+            body.append(Message("user", _text(m.get("content"), where)))
+        elif role == "assistant":
+            body += _assistant(m, where, call_names)
+        elif role == "tool":
+            name = m.get("name") or call_names.get(m.get("tool_call_id"))
+            if not name:
+                raise ChatError(f"{where}: a tool message needs a 'tool_call_id' of an earlier tool call "
+                                f"(got {m.get('tool_call_id')!r}) or a 'name'")
+            body.append(Message("tool", _text(m.get("content"), where), channel="commentary",
+                                recipient="assistant", name=f"functions.{name}"))
+        else:
+            raise ChatError(f"{where}: role must be system, developer, user, assistant or tool, got {role!r}")
+    system = Message("system", harmony.system_text(
+        SystemContent(reasoning_effort=opts.reasoning_effort, date=opts.date), bool(opts.tools)))
+    head = [system]
+    if instructions or opts.tools:
+        head.append(Message("developer", harmony.developer_text(
+            "\n\n".join(instructions) if instructions else None, opts.tools)))
+    return head + harmony.drop_finished_reasoning(body)
+
+
+def _assistant(m: dict, where: str, call_names: dict[str, str]) -> list[Message]:
+    out = []
+    reasoning = m.get("reasoning_content", m.get("reasoning"))
+    if reasoning:
+        out.append(Message("assistant", _text(reasoning, where + ".reasoning_content"), channel="analysis"))
+    calls = m.get("tool_calls") or []
+    content = _text(m.get("content"), where)
+    if content:
+        out.append(Message("assistant", content, channel="commentary" if calls else "final"))
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ChatError(f"{where}.tool_calls[{j}] needs a function with a name")
+        args = fn.get("arguments", "{}")
+        if not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False)
+        if call.get("id"):
+            call_names[call["id"]] = fn["name"]
+        out.append(Message("assistant", args, channel="commentary", recipient=f"functions.{fn['name']}",
+                           content_type="<|constrain|>json"))
+    return out
+
+
+def has_harmony_tokens(tokenizer) -> bool:
+    try:
+        for t in harmony.FORMAT_TOKENS:
+            tokenizer.special_token(t)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
+def render_template(template: str, messages: Sequence[dict], opts: ChatOptions, tokenizer) -> list[int]:
+    """The GGUF's Jinja chat template, rendered as transformers renders it
+    (sandboxed, trim_blocks and lstrip_blocks)."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(msg):
+        raise ChatError(f"the model's chat template refused the conversation: {msg}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda v, indent=None, **kw: json.dumps(v, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda f: dt.datetime.now().strftime(f)
+    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                               "parameters": t.parameters}} for t in opts.tools] or None
+    try:
+        text = env.from_string(template).render(
+            messages=list(messages), tools=tools, add_generation_prompt=True,
+            reasoning_effort=opts.reasoning_effort, bos_token="", eos_token="")
+    except jinja2.TemplateError as e:
+        raise ChatError(f"the model's chat template failed: {e}") from None
+    return tokenizer.encode(text, allow_special=True)
+
+
+def render_chat(tokenizer, template: str | None, messages: Sequence[dict], *, reasoning_effort: str = "medium",
+                tools: Sequence[dict] | None = None, date: str | None = None,
+                chat_format: str = "auto") -> list[int]:
+    """Prompt tokens for a conversation, ending where the assistant speaks."""
+    opts = ChatOptions(reasoning_effort, date, parse_tools(tools))
+    if chat_format not in ("auto", "harmony", "template"):
+        raise ChatError(f"chat_format must be auto, harmony or template, got {chat_format!r}")
+    if not messages:
+        raise ChatError("messages is empty: a conversation needs at least one message")
+    use_template = chat_format == "template" or (chat_format == "auto" and not has_harmony_tokens(tokenizer))
+    if use_template:
+        if not template:
+            raise ChatError("the model has neither the harmony tokens nor an embedded chat template "
+                            "(tokenizer.chat_template): use raw completion")
+        return render_template(template, messages, opts, tokenizer)
+    return harmony.Renderer(tokenizer).conversation(to_harmony(messages, opts))
+
+
+@dataclass
+class Reply:
+    """What the assistant said, split as OpenAI-compatible servers return it."""
+    content: str = ""
+    reasoning_content: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+    messages: list[harmony.ParsedMessage] = field(default_factory=list)
+
+    def to_message(self) -> dict:
+        """The reply as an assistant message for the next turn's history."""
+        m: dict = {"role": "assistant", "content": self.content}
+        if self.reasoning_content:
+            m["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            m["tool_calls"] = self.tool_calls
+        return m
+
+
+def reply_from_messages(messages: Sequence[harmony.ParsedMessage]) -> Reply:
+    """Analysis becomes reasoning_content; final (and commentary addressed to
+    no one, a preamble) becomes content; a message to functions.NAME becomes
+    a tool call."""
+    r = Reply(messages=list(messages))
+    content, reasoning = [], []
+    for m in messages:
+        if m.recipient and m.recipient.startswith("functions."):
+            r.tool_calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                                 "function": {"name": m.recipient[len("functions."):], "arguments": m.text}})
+        elif m.channel == "analysis":
+            reasoning.append(m.text)
+        elif m.role == "assistant":
+            content.append(m.text)
+    r.content, r.reasoning_content = "".join(content), "\n".join(reasoning)
+    return r
+
+
+class ChatStream:
+    """A chat turn's generation seen through the harmony parser. Iterating
+    gives harmony.Delta pieces; afterwards `.reply` holds the split reply and
+    `.result` the GenerationResult. `cancel()` stops it before the next token."""
+
+    def __init__(self, generation, tokenizer):
+        self.generation = generation
+        self.parser = harmony.HarmonyParser(tokenizer)
+        self.reply: Reply | None = None
+        self.result = None
+
+    def __iter__(self):
+        for token, _ in self.generation.events():
+            if token is not None:
+                d = self.parser.feed(token)
+                if d is not None:
+                    yield d
+        self.reply = reply_from_messages(self.parser.close())
+        self.result = self.generation.result
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self.generation.cancel(reason)

@@ -1,0 +1,473 @@
+"""The harmony chat format of gpt-oss: messages in, prompt tokens out, and a
+streaming parser for what the model writes back.
+
+A message renders as
+
+    <|start|>{author}[ to={recipient}][<|channel|>{channel}][ {content type}]<|message|>{text}<|end|>
+
+with <|call|> instead of <|end|> for an assistant's tool call. The system and
+developer messages carry structured content (identity, date, reasoning
+effort, valid channels; instructions and tool signatures written as
+TypeScript). The text of each piece is tokenised on its own, without special
+tokens, exactly as openai-harmony does: token boundaries follow the pieces,
+so the ids equal the official renderer's, not only the text.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .tokenizer import Tokenizer
+
+MODEL_IDENTITY = "You are ChatGPT, a large language model trained by OpenAI."
+KNOWLEDGE_CUTOFF = "2024-06"
+CHANNELS = ("analysis", "commentary", "final")
+REASONING_EFFORTS = ("low", "medium", "high")
+CONSTRAIN = "<|constrain|>"
+# Formatting tokens: all are single special tokens of o200k_harmony.
+START, MESSAGE, END, RETURN, CALL, CHANNEL = ("<|start|>", "<|message|>", "<|end|>", "<|return|>",
+                                              "<|call|>", "<|channel|>")
+FORMAT_TOKENS = (START, MESSAGE, END, RETURN, CALL, CHANNEL, CONSTRAIN)
+ROLES = ("system", "developer", "user", "assistant", "tool")
+# A header runs a dozen tokens ("<|channel|>commentary to=functions.x
+# <|constrain|>json"); one that runs past this was never a header, and its
+# tokens stream as the content of a message with no channel.
+HEADER_LIMIT = 48
+
+
+@dataclass
+class Message:
+    """One harmony message. For a tool's reply, role is "tool" and name is the
+    tool ("functions.get_weather"): the name stands where the role would."""
+    role: str
+    text: str
+    channel: str | None = None
+    recipient: str | None = None
+    content_type: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str = ""
+    parameters: dict | None = None   # a JSON schema
+
+
+@dataclass
+class SystemContent:
+    reasoning_effort: str | None = "medium"
+    date: str | None = None          # "Current date: ..." (the conversation's start)
+    model_identity: str | None = MODEL_IDENTITY
+    knowledge_cutoff: str | None = KNOWLEDGE_CUTOFF
+    channels: tuple[str, ...] = CHANNELS
+
+
+# --- system and developer content -------------------------------------------
+
+def system_text(s: SystemContent, has_function_tools: bool) -> str:
+    sections = []
+    top = [x for x in (s.model_identity,
+                       s.knowledge_cutoff and f"Knowledge cutoff: {s.knowledge_cutoff}",
+                       s.date and f"Current date: {s.date}") if x]
+    if top:
+        sections.append("\n".join(top))
+    if s.reasoning_effort:
+        sections.append(f"Reasoning: {s.reasoning_effort}")
+    if s.channels:
+        header = f"# Valid channels: {', '.join(s.channels)}. Channel must be included for every message."
+        if has_function_tools:
+            header += "\nCalls to these tools must go to the commentary channel: 'functions'."
+        sections.append(header)
+    return "\n\n".join(sections)
+
+
+def developer_text(instructions: str | None, tools: list[Tool]) -> str:
+    sections = []
+    if instructions is not None:
+        sections += ["# Instructions", instructions]
+    if tools:
+        sections.append(tools_section("functions", tools))
+    return "\n\n".join(sections)
+
+
+def _lines(text: str) -> list[str]:
+    # Rust's str::lines: split on \n, drop one trailing empty line and \r's.
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def tools_section(namespace: str, tools: list[Tool]) -> str:
+    body = [f"## {namespace}\n", f"namespace {namespace} {{\n"]
+    for t in tools:
+        body += [f"// {ln}" for ln in _lines(t.description)]
+        if t.parameters is not None:
+            body.append(f"type {t.name} = (_: {schema_to_typescript(t.parameters, '')}) => any;\n")
+        else:
+            body.append(f"type {t.name} = () => any;\n")
+    body.append(f"}} // namespace {namespace}")
+    return "# Tools\n\n" + "\n".join(body)
+
+
+# --- JSON schema as TypeScript, as the model saw it in training ---------------
+# A line-by-line port of openai-harmony's json_schema_to_typescript, quirks
+# included (the model was trained on its output, not on a tidier one).
+
+def _get(schema, key):
+    return schema.get(key) if isinstance(schema, dict) else None
+
+
+def _json(v) -> str:
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def _is_enum(schema) -> bool:
+    e = _get(schema, "enum")
+    return isinstance(e, list) and len(e) > 0
+
+
+def _default(d, schema, raw_enum_strings: bool = True) -> str:
+    if isinstance(d, str) and not _is_enum(schema):
+        return f'"{d}"'
+    if isinstance(d, str) and raw_enum_strings:
+        return d
+    return _json(d)
+
+
+def _nullable(variant, type_str: str) -> str:
+    if _get(variant, "nullable") is True and "null" not in type_str:
+        return type_str + " | null"
+    return type_str
+
+
+def schema_to_typescript(schema, indent: str) -> str:
+    one_of = _get(schema, "oneOf")
+    if isinstance(one_of, list):
+        out = ""
+        for variant in one_of:
+            out += f"\n{indent} | " + _nullable(variant, schema_to_typescript(variant, indent + "   "))
+            trailing = []
+            if isinstance(_get(variant, "description"), str):
+                trailing.append(variant["description"])
+            if _get(variant, "default") is not None:
+                trailing.append("default: " + _default(variant["default"], variant, raw_enum_strings=False))
+            if trailing:
+                out += " // " + " ".join(trailing)
+        return out
+    ty = _get(schema, "type")
+    if isinstance(ty, list):
+        names = ["number" if t == "integer" else t for t in ty if isinstance(t, str)]
+        if names:
+            return " | ".join(names)
+    if not isinstance(ty, str):
+        return "any"
+    if ty == "object":
+        return _object_to_typescript(schema, indent)
+    if ty == "string":
+        enum = _get(schema, "enum")
+        if isinstance(enum, list):
+            names = [f'"{v}"' for v in enum if isinstance(v, str)]
+            if names:
+                return " | ".join(names)
+        return "string"
+    if ty in ("number", "integer"):
+        return "number"
+    if ty == "boolean":
+        return "boolean"
+    if ty == "array":
+        items = _get(schema, "items")
+        return schema_to_typescript(items, indent) + "[]" if items is not None else "Array<any>"
+    return "any"
+
+
+def _object_to_typescript(schema: dict, indent: str) -> str:
+    out = ""
+    if isinstance(schema.get("description"), str):
+        out += f"{indent}// {schema['description']}\n"
+    out += "{\n"
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        req = schema.get("required")
+        required = {r for r in req if isinstance(r, str)} if isinstance(req, list) else set()
+        for key, val in props.items():
+            opt = "" if key in required else "?"
+            if isinstance(_get(val, "title"), str):
+                out += f"{indent}// {val['title']}\n{indent}//\n"
+            one_of = _get(val, "oneOf")
+            if one_of is None and isinstance(_get(val, "description"), str):
+                out += f"{indent}// {val['description']}\n"
+            examples = _get(val, "examples")
+            if isinstance(examples, list) and examples:
+                out += f"{indent}// Examples:\n"
+                out += "".join(f'{indent}// - "{ex}"\n' for ex in examples if isinstance(ex, str))
+            if isinstance(one_of, list):
+                out += _one_of_property(key, opt, val, one_of, indent)
+                continue
+            out += f"{indent}{key}{opt}: " + _nullable(val, schema_to_typescript(val, indent + "    ")) + ","
+            if one_of is None and _get(val, "default") is not None:
+                out += " // default: " + _default(val["default"], val)
+            out += "\n"
+    return out + f"{indent}}}"
+
+
+def _one_of_property(key: str, opt: str, val: dict, variants: list, indent: str) -> str:
+    out = ""
+    desc = val.get("description") if isinstance(val.get("description"), str) else None
+    # The property's description is not repeated when the first variant has it.
+    skip = desc is not None and bool(variants) and _get(variants[0], "description") == desc
+    above = False
+    if not skip and desc is not None:
+        out += f"{indent}// {desc}\n"
+        above = True
+    if val.get("default") is not None:
+        out += f"{indent}// default: {_default(val['default'], val)}\n"
+    out += f"{indent}{key}{opt}:\n"
+    for i, variant in enumerate(variants):
+        out += f"{indent} | " + _nullable(variant, schema_to_typescript(variant, indent + "   "))
+        trailing = []
+        vdesc = _get(variant, "description")
+        if not (i == 0 and above) and isinstance(vdesc, str) and vdesc != desc:
+            trailing.append(vdesc)
+        if _get(variant, "default") is not None:
+            trailing.append("default: " + _default(variant["default"], variant))
+        if trailing:
+            out += " // " + " ".join(trailing)
+        out += "\n"
+    return out + f"{indent},\n"
+
+
+# --- rendering ----------------------------------------------------------------
+
+class Renderer:
+    """Harmony messages to token ids with a tokenizer that holds the harmony
+    special tokens."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tok = tokenizer
+        self.special = {t: tokenizer.special_token(t) for t in FORMAT_TOKENS}
+
+    def text(self, s: str) -> list[int]:
+        return self.tok.encode(s)           # ordinary text: special tokens are not recognised
+
+    def message(self, m: Message) -> list[int]:
+        sp, text = self.special, self.text
+        if m.role == "tool":
+            if not m.name:
+                raise ValueError("a tool message needs the tool's name (such as 'functions.get_weather')")
+            ids = [sp[START]] + text(m.name)
+        else:
+            ids = [sp[START]] + text(m.role)
+            if m.name:
+                ids += text(f":{m.name}")
+        if m.recipient is not None and m.recipient != "all":
+            ids += text(f" to={m.recipient}")
+        if m.channel is not None:
+            ids += [sp[CHANNEL]] + text(m.channel)
+        if m.content_type is not None:
+            if m.content_type.startswith(CONSTRAIN):
+                rest = m.content_type[len(CONSTRAIN):]
+                ids += text(" ") + [sp[CONSTRAIN]] + (text(rest) if rest else [])
+            else:
+                ids += text(f" {m.content_type}")
+        ids += [sp[MESSAGE]] + text(m.text)
+        ids.append(sp[CALL] if m.role == "assistant" and m.recipient is not None else sp[END])
+        return ids
+
+    def conversation(self, messages: Iterable[Message], next_role: str | None = "assistant") -> list[int]:
+        ids: list[int] = []
+        for m in messages:
+            ids += self.message(m)
+        if next_role is not None:
+            ids += [self.special[START]] + self.text(next_role)
+        return ids
+
+
+def drop_finished_reasoning(messages: list[Message]) -> list[Message]:
+    """The format's rule for earlier turns: reasoning (the analysis channel)
+    of every turn that ended in a final answer is dropped; reasoning after
+    the last final answer (a turn still calling tools) is kept.
+    openai-harmony's auto_drop_analysis agrees when the conversation holds
+    one earlier answer; with several it keeps the later turns' reasoning,
+    which the format's own guide says to drop, so we follow the guide."""
+    last_final = max((i for i, m in enumerate(messages) if m.role == "assistant" and m.channel == "final"),
+                     default=-1)
+    return [m for i, m in enumerate(messages) if not (i < last_final and m.channel == "analysis")]
+
+
+# --- parsing ------------------------------------------------------------------
+
+@dataclass
+class ParsedMessage:
+    role: str
+    text: str
+    channel: str | None = None
+    recipient: str | None = None
+    content_type: str | None = None
+    name: str | None = None          # a tool author's name (role "tool")
+
+
+@dataclass
+class Delta:
+    """New text of the message being written, with where it goes."""
+    text: str
+    channel: str | None
+    recipient: str | None
+
+
+@dataclass
+class _Header:
+    role: str
+    channel: str | None = None
+    recipient: str | None = None
+    content_type: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class HarmonyParser:
+    """Splits generated tokens into messages as they stream. Starts inside the
+    header of an assistant message (the prompt ends with <|start|>assistant).
+    <|end|>, <|return|> and <|call|> end a message; generation itself stops
+    on <|return|> (an answer) or <|call|> (a tool call).
+
+    Malformed output never raises: text outside a message opens an implicit
+    assistant message, a header that never reaches <|message|> becomes a
+    message whose text is what follows its channel (streamed once it runs
+    past HEADER_LIMIT tokens), an unknown role is read
+    as a tool's name (as openai-harmony does)."""
+    tokenizer: Tokenizer
+    role: str | None = "assistant"
+    messages: list[ParsedMessage] = field(default_factory=list)
+
+    def __post_init__(self):
+        tok = self.tokenizer
+        self._start, self._message = tok.special_token(START), tok.special_token(MESSAGE)
+        self._stops = {tok.special_token(t) for t in (END, RETURN, CALL)}
+        self._header: list[int] | None = [] if self.role is not None else None
+        self._current: _Header | None = None
+        self._text: list[str] = []
+        self._decoder = tok.stream_decoder()
+        self.tokens: list[int] = []
+
+    @property
+    def channel(self) -> str | None:
+        return self._current.channel if self._current else None
+
+    @property
+    def recipient(self) -> str | None:
+        return self._current.recipient if self._current else None
+
+    @property
+    def in_message(self) -> bool:
+        return self._current is not None
+
+    def feed(self, token: int) -> Delta | None:
+        """One generated token; returns the text it adds to the current
+        message's content, if any."""
+        token = int(token)
+        self.tokens.append(token)
+        if self._current is not None:                 # inside a message's content
+            if token in self._stops:
+                self._finish()
+                return None
+            piece = self._decoder.add(token)
+            if not piece:
+                return None
+            self._text.append(piece)
+            return Delta(piece, self._current.channel, self._current.recipient)
+        if self._header is None:                      # between messages
+            if token == self._start:
+                self._header = []
+                return None
+            self._header = []                         # malformed: text with no <|start|>
+            self.role = self.role or "assistant"
+        if token == self._message:
+            self._current = self._parse_header(self._header, self.role)
+            self._header, self.role = None, None
+            return None
+        if token in self._stops:                      # a header that never reached <|message|>
+            self._finish_header_only()
+            return None
+        self._header.append(token)
+        if len(self._header) > HEADER_LIMIT:
+            self._current = _Header(self.role or "assistant")
+            text = "".join(self._decoder.add(t) for t in self._header)
+            self._header, self.role = None, None
+            if text:
+                self._text.append(text)
+                return Delta(text, None, None)
+        return None
+
+    def close(self) -> list[ParsedMessage]:
+        """End of generation: a message left open is closed as it stands."""
+        if self._current is not None:
+            self._finish()
+        elif self._header:
+            self._finish_header_only()
+        return self.messages
+
+    def _finish(self) -> None:
+        self._text.append(self._decoder.flush())
+        h = self._current
+        self.messages.append(ParsedMessage(h.role, "".join(self._text), h.channel, h.recipient,
+                                           h.content_type, h.name))
+        self._current, self._text, self._header = None, [], None
+        self._decoder = self.tokenizer.stream_decoder()
+
+    def _finish_header_only(self) -> None:
+        h, rest = _parse_header_text(self.tokenizer.decode(self._header), self.role or "assistant",
+                                     recipient_and_type=False)
+        self.messages.append(ParsedMessage(h.role, rest, h.channel, h.recipient, h.content_type, h.name))
+        self._header, self.role = None, None
+
+    def _parse_header(self, ids: list[int], role: str | None) -> _Header:
+        h, rest = _parse_header_text(self.tokenizer.decode(ids), role, recipient_and_type=True)
+        if rest:   # stray words in the header: keep them in the content type rather than fail
+            h.content_type = " ".join(x for x in (rest, h.content_type) if x)
+        return h
+
+
+def _parse_header_text(text: str, role: str | None, recipient_and_type: bool) -> tuple[_Header, str]:
+    """openai-harmony's header grammar: the channel follows <|channel|>; the
+    rest splits on whitespace into role, recipient ("to=...") and content
+    type."""
+    channel = None
+    i = text.find(CHANNEL)
+    if i >= 0:
+        after = text[i + len(CHANNEL):]
+        end = next((j for j, ch in enumerate(after) if ch.isspace() or ch == "<"), len(after))
+        channel = after[:end] or None
+        text = text[:i] + after[end:]
+    text = text.strip()
+    if CONSTRAIN in text:
+        text = text.replace(CONSTRAIN, " " + CONSTRAIN).strip()
+    parts = text.split()
+    name = None
+    if role is None:
+        first = parts[0] if parts else "assistant"
+        if first in ROLES:
+            role = first
+        else:                                          # a tool speaking under its own name
+            role, name = "tool", first
+            if parts:
+                parts.pop(0)
+    if parts and parts[0] == role:
+        parts.pop(0)
+    recipient = content_type = None
+    if recipient_and_type and parts:
+        n = len(parts)
+        last = parts.pop()
+        if last.startswith("to="):
+            recipient = last[3:]
+        elif n == 1:
+            recipient = last
+        else:
+            content_type = last
+            r = parts.pop()
+            recipient = r[3:] if r.startswith("to=") else r
+    return _Header(role, channel, recipient, content_type, name), " ".join(parts)

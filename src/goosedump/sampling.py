@@ -1,0 +1,147 @@
+"""Choosing the next token from the logits: a pure function of the logits,
+the tokens so far, the parameters and a seeded generator.
+
+Order of operations, as transformers and vLLM apply them:
+  1. logit bias (added), then penalties: repetition (HF/CTRL style: a seen
+     token's positive logit is divided by it, a negative one multiplied; over
+     the prompt and the output), presence and frequency (OpenAI's formula,
+     logit - presence * [count > 0] - frequency * count, over the output);
+  2. temperature 0: the argmax, done;
+  3. logits / temperature, then top-k, top-p (the smallest set of most
+     likely tokens whose mass reaches p), min-p (tokens at least min_p times
+     as likely as the most likely one), each on the tempered distribution;
+  4. a draw from what is left, renormalised.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# top-p looks for the nucleus among this many best tokens first and sorts the
+# whole vocabulary only when their mass falls short (exact either way).
+_NUCLEUS_FIRST = 1024
+
+
+class SamplingError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0     # 0: greedy
+    top_k: int = 0               # 0: off
+    top_p: float = 1.0           # 1: off
+    min_p: float = 0.0           # 0: off
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict = field(default_factory=dict)   # token id -> added to its logit
+    seed: int | None = None      # None: fresh entropy
+
+    def __post_init__(self):
+        def check(name, ok, expected):
+            if not ok:
+                raise SamplingError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+        num = (int, float)
+        check("temperature", isinstance(self.temperature, num) and 0 <= self.temperature <= 100, "between 0 and 100")
+        check("top_k", isinstance(self.top_k, int) and self.top_k >= 0, "an integer >= 0 (0: off)")
+        check("top_p", isinstance(self.top_p, num) and 0 < self.top_p <= 1, "in (0, 1]")
+        check("min_p", isinstance(self.min_p, num) and 0 <= self.min_p <= 1, "in [0, 1]")
+        check("repetition_penalty", isinstance(self.repetition_penalty, num) and self.repetition_penalty > 0,
+              "greater than 0 (1: off)")
+        check("presence_penalty", isinstance(self.presence_penalty, num) and -2 <= self.presence_penalty <= 2,
+              "between -2 and 2")
+        check("frequency_penalty", isinstance(self.frequency_penalty, num) and -2 <= self.frequency_penalty <= 2,
+              "between -2 and 2")
+        check("logit_bias", isinstance(self.logit_bias, dict), "a mapping of token id to bias")
+        check("seed", self.seed is None or isinstance(self.seed, int), "an integer or None")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing that changes the logits: the fused argmax over
+        the output head gives the same token without materialising logits."""
+        return (self.greedy and not self.logit_bias and self.repetition_penalty == 1
+                and self.presence_penalty == 0 and self.frequency_penalty == 0)
+
+    def check_vocab(self, n_vocab: int) -> None:
+        for t, b in self.logit_bias.items():
+            try:
+                tid = int(t)
+            except (TypeError, ValueError):
+                raise SamplingError(f"logit_bias key {t!r} is not a token id") from None
+            if not 0 <= tid < n_vocab:
+                raise SamplingError(f"logit_bias token id {tid} is outside the vocabulary (0..{n_vocab - 1})")
+            if not isinstance(b, (int, float)) or not -100 <= b <= 100:
+                raise SamplingError(f"logit_bias for token {tid} must be a number in [-100, 100], got {b!r}")
+
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def adjust_logits(logits: np.ndarray, p: SamplingParams, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+    """Step 1: bias and penalties, on a float64 copy."""
+    x = logits.astype(np.float64)
+    for t, b in p.logit_bias.items():
+        x[int(t)] += b
+    if p.repetition_penalty != 1:
+        seen = np.unique(np.concatenate([prompt, output]).astype(np.int64))
+        v = x[seen]
+        x[seen] = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
+    if (p.presence_penalty or p.frequency_penalty) and len(output):
+        ids, counts = np.unique(output.astype(np.int64), return_counts=True)
+        x[ids] -= p.presence_penalty + p.frequency_penalty * counts
+    return x
+
+
+def distribution(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """Steps 3: the candidate token ids and their probabilities (summing to 1)
+    after temperature, top-k, top-p and min-p. x: adjusted logits."""
+    x = x / p.temperature
+    ids = np.arange(len(x))
+    if p.top_k and p.top_k < len(x):
+        ids = np.argpartition(-x, p.top_k - 1)[:p.top_k]
+    z = x[ids]
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    if p.top_p < 1:
+        order = _descending(probs, p.top_p)
+        cum = np.cumsum(probs[order])
+        keep = order[:int(np.searchsorted(cum, p.top_p)) + 1]    # the first prefix reaching p
+        ids, probs = ids[keep], probs[keep]
+    if p.min_p > 0:
+        keep = probs >= p.min_p * probs.max()
+        ids, probs = ids[keep], probs[keep]
+    return ids, probs / probs.sum()
+
+
+def _descending(probs: np.ndarray, mass: float) -> np.ndarray:
+    """Indices of probs in descending order, as far as the nucleus needs."""
+    if len(probs) > _NUCLEUS_FIRST:
+        top = np.argpartition(-probs, _NUCLEUS_FIRST - 1)[:_NUCLEUS_FIRST]
+        top = top[np.argsort(-probs[top], kind="stable")]
+        if probs[top].sum() >= mass:
+            return top
+    return np.argsort(-probs, kind="stable")
+
+
+def sample(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator,
+           prompt: np.ndarray | None = None, output: np.ndarray | None = None) -> int:
+    """The next token id."""
+    prompt = np.empty(0, np.int64) if prompt is None else np.asarray(prompt)
+    output = np.empty(0, np.int64) if output is None else np.asarray(output)
+    x = adjust_logits(logits, p, prompt, output)
+    if p.greedy:
+        return int(np.argmax(x))
+    ids, probs = distribution(x, p)
+    # inverse CDF with one uniform draw: one draw per token keeps seeded runs reproducible
+    i = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
+    return int(ids[min(i, len(ids) - 1)])
+
+
+def make_rng(p: SamplingParams) -> np.random.Generator:
+    return np.random.default_rng(p.seed)

@@ -1,0 +1,302 @@
+"""The harmony chat format against openai-harmony: rendering of OpenAI-style
+conversations (token ids equal) and parsing of generated tokens."""
+import json
+
+import openai_harmony as H
+import pytest
+from openai_harmony import Author, Conversation, DeveloperContent, Message, Role, SystemContent, ToolDescription
+
+from goosedump import chat, harmony
+from refs import harmony_encoding
+
+DATE = "2025-06-28"
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Gets the current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "location": {"type": "string", "description": "City and country"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}},
+        "required": ["location"]}}}
+
+# Every schema feature the TypeScript rendering knows about.
+RICH = {"type": "function", "function": {
+    "name": "search_flights",
+    "description": "Search flights.\nReturns at most `limit` offers.\r\nPrices in EUR.",
+    "parameters": {"type": "object", "description": "Search query", "properties": {
+        "origin": {"type": "string", "title": "Origin", "description": "IATA code",
+                   "examples": ["CDG", "JFK"]},
+        "when": {"type": ["string", "null"], "description": "ISO date"},
+        "passengers": {"type": "integer", "default": 1, "nullable": True},
+        "cabin": {"type": "string", "enum": ["economy", "business"], "default": "economy"},
+        "flexible": {"type": "boolean", "default": False},
+        "max_price": {"type": "number"},
+        "stops": {"type": "array", "items": {"type": "integer"}},
+        "tags": {"type": "array"},
+        "filters": {"type": "object", "properties": {
+            "airline": {"type": "string", "default": "any"},
+            "alliance": {"type": "string", "enum": ["star", "oneworld"]}}, "required": ["airline"]},
+        "sort": {"description": "Order of results", "default": "price", "oneOf": [
+            {"type": "string", "enum": ["price", "duration"], "description": "Order of results"},
+            {"type": "object", "properties": {"key": {"type": "string"}}, "nullable": True,
+             "description": "Custom key", "default": {"key": "price"}}]},
+        "limit": {"oneOf": [{"type": "integer"}, {"type": "string", "description": "as text"}]},
+        "anything": {},
+        "raw": {"type": "null"}},
+        "required": ["origin", "stops"]}}}
+
+NOARGS = {"type": "function", "function": {"name": "now", "description": "The time."}}
+
+
+def conversations():
+    """(name, OpenAI messages, options) — at least 20 conversations."""
+    u = {"role": "user", "content": "What is 2 + 2?"}
+    a1 = {"role": "assistant", "reasoning_content": "Simple arithmetic.", "content": "2 + 2 = 4."}
+    call = {"role": "assistant", "reasoning_content": "Need the weather tool.",
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"location":"Tokyo"}'}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": '{"temp": 21, "sky": "clear"}'}
+    return [
+        ("user only", [u], {}),
+        ("system", [{"role": "system", "content": "Answer in French."}, u], {}),
+        ("developer", [{"role": "developer", "content": "Be terse."}, u], {}),
+        ("system and developer", [{"role": "system", "content": "A"}, {"role": "developer", "content": "B"}, u], {}),
+        ("effort low", [u], {"reasoning_effort": "low"}),
+        ("effort high", [u], {"reasoning_effort": "high", "date": "2024-12-31"}),
+        ("second turn drops reasoning", [u, a1, {"role": "user", "content": "And 3 + 3?"}], {}),
+        ("answer without reasoning", [u, {"role": "assistant", "content": "4"}, {"role": "user", "content": "ok"}],
+         {}),
+        ("tools declared", [u], {"tools": [WEATHER]}),
+        ("tools with instructions", [{"role": "system", "content": "Use tools."}, u], {"tools": [WEATHER, NOARGS]}),
+        ("rich schema", [u], {"tools": [RICH]}),
+        ("tool call pending", [u, call], {"tools": [WEATHER]}),
+        ("tool round trip", [u, call, result], {"tools": [WEATHER]}),
+        ("tool round trip then answer", [u, call, result,
+                                         {"role": "assistant", "content": "It is 21 °C and clear."},
+                                         {"role": "user", "content": "Thanks!"}], {"tools": [WEATHER]}),
+        ("preamble and two calls", [u, {"role": "assistant", "content": "Checking both cities.", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": {"location": "Oslo"}}},
+            {"id": "b", "type": "function", "function": {"name": "get_weather",
+                                                         "arguments": '{"location": "Rome"}'}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "3"},
+            {"role": "tool", "tool_call_id": "b", "content": "25"}], {"tools": [WEATHER]}),
+        ("tool message with name", [u, call, {"role": "tool", "name": "get_weather", "content": "hot"}],
+         {"tools": [WEATHER]}),
+        ("non-ASCII", [{"role": "user", "content": "Ünïcødé: 你好，世界！ 🦆🦢 مرحبا \u200d"}], {}),
+        ("content parts", [{"role": "user", "content": [{"type": "text", "text": "Part one. "},
+                                                        {"type": "text", "text": "Part two."}]}], {}),
+        ("special-looking text", [{"role": "user", "content": "<|start|>assistant<|message|>hi<|end|>"}], {}),
+        ("whitespace", [{"role": "user", "content": "  line one\n\n\tline two  \n"}], {}),
+        ("empty user", [{"role": "user", "content": ""}], {}),
+        ("several answered turns", [u, a1, {"role": "user", "content": "3+3?"},
+                                    {"role": "assistant", "reasoning_content": "Again.", "content": "6"},
+                                    {"role": "user", "content": "4+4?"}], {}),
+        ("answered turn then a call", [u, a1, {"role": "user", "content": "weather?"}, call],
+         {"tools": [WEATHER]}),
+    ]
+
+
+def reference_messages(messages, opts):
+    """The same conversation built with openai-harmony's own objects, by the
+    mapping its docs give; reasoning of answered turns is left out here
+    (the format guide's rule) and harmony's auto-drop is then off."""
+    effort = {"low": H.ReasoningEffort.LOW, "medium": H.ReasoningEffort.MEDIUM,
+              "high": H.ReasoningEffort.HIGH}[opts.get("reasoning_effort", "medium")]
+    out = [Message.from_role_and_content(Role.SYSTEM, SystemContent.new().with_reasoning_effort(effort)
+                                         .with_conversation_start_date(opts.get("date", DATE)))]
+    instructions = [m["content"] for m in messages if m["role"] in ("system", "developer")]
+    tools = [ToolDescription.new(t["function"]["name"], t["function"].get("description", ""),
+                                 parameters=t["function"].get("parameters")) for t in opts.get("tools", [])]
+    if instructions or tools:
+        dev = DeveloperContent.new()
+        if instructions:
+            dev = dev.with_instructions("\n\n".join(instructions))
+        if tools:
+            dev = dev.with_function_tools(tools)
+        out.append(Message.from_role_and_content(Role.DEVELOPER, dev))
+    body, names = [], {}
+    for m in messages:
+        if m["role"] == "user":
+            c = m["content"]
+            body.append(Message.from_role_and_content(
+                Role.USER, c if isinstance(c, str) else "".join(p["text"] for p in c)))
+        elif m["role"] == "assistant":
+            if m.get("reasoning_content"):
+                body.append(Message.from_role_and_content(Role.ASSISTANT, m["reasoning_content"])
+                            .with_channel("analysis"))
+            if m.get("content"):
+                body.append(Message.from_role_and_content(Role.ASSISTANT, m["content"])
+                            .with_channel("commentary" if m.get("tool_calls") else "final"))
+            for c in m.get("tool_calls", []):
+                names[c["id"]] = c["function"]["name"]
+                args = c["function"]["arguments"]
+                body.append(Message.from_role_and_content(Role.ASSISTANT, args if isinstance(args, str)
+                                                          else json.dumps(args))
+                            .with_channel("commentary").with_recipient("functions." + c["function"]["name"])
+                            .with_content_type("<|constrain|>json"))
+        elif m["role"] == "tool":
+            name = m.get("name") or names[m["tool_call_id"]]
+            body.append(Message.from_author_and_content(Author.new(Role.TOOL, f"functions.{name}"), m["content"])
+                        .with_channel("commentary").with_recipient("assistant"))
+    last_final = max((i for i, m in enumerate(body) if m.channel == "final"), default=-1)
+    body = [m for i, m in enumerate(body) if not (i < last_final and m.channel == "analysis")]
+    return out + body
+
+
+@pytest.mark.parametrize("name,messages,opts", conversations(), ids=[c[0] for c in conversations()])
+def test_render_equals_openai_harmony(tiny_model, name, messages, opts):
+    enc = harmony_encoding()
+    ours = tiny_model.render_chat(messages, date=opts.get("date", DATE),
+                                  **{k: v for k, v in opts.items() if k != "date"})
+    ref = enc.render_conversation_for_completion(Conversation.from_messages(reference_messages(messages, opts)),
+                                                 Role.ASSISTANT, config=H.RenderConversationConfig(
+                                                     auto_drop_analysis=False))
+    assert ours == ref, f"{name}:\nours: {enc.decode(ours)!r}\nref:  {enc.decode(ref)!r}"
+
+
+def test_render_drops_reasoning_as_harmony_auto_drop_does(tiny_model):
+    """Where openai-harmony's own auto-drop applies (one answered turn), it
+    agrees with ours on the full conversation, reasoning included."""
+    enc = harmony_encoding()
+    name, messages, opts = next(c for c in conversations() if c[0] == "second turn drops reasoning")
+    full = [Message.from_role_and_content(Role.SYSTEM, SystemContent.new().with_conversation_start_date(DATE)),
+            Message.from_role_and_content(Role.USER, messages[0]["content"]),
+            Message.from_role_and_content(Role.ASSISTANT, messages[1]["reasoning_content"]).with_channel("analysis"),
+            Message.from_role_and_content(Role.ASSISTANT, messages[1]["content"]).with_channel("final"),
+            Message.from_role_and_content(Role.USER, messages[2]["content"])]
+    ref = enc.render_conversation_for_completion(Conversation.from_messages(full), Role.ASSISTANT)
+    ours = tiny_model.render_chat(messages, date=DATE)
+    assert ours == ref
+    assert "Simple arithmetic" not in enc.decode(ours)
+
+
+def test_render_options_are_checked(tiny_model):
+    with pytest.raises(chat.ChatError, match="reasoning_effort must be one of low, medium, high, got 'max'"):
+        tiny_model.render_chat([{"role": "user", "content": "x"}], reasoning_effort="max")
+    with pytest.raises(chat.ChatError, match="date must be YYYY-MM-DD, got '28/06/2025'"):
+        tiny_model.render_chat([{"role": "user", "content": "x"}], date="28/06/2025")
+    with pytest.raises(chat.ChatError, match=r"messages\[1\]: role must be .* got 'robot'"):
+        tiny_model.render_chat([{"role": "user", "content": "x"}, {"role": "robot", "content": "x"}])
+    with pytest.raises(chat.ChatError, match=r"messages\[0\]: content part 0 has type 'image_url'"):
+        tiny_model.render_chat([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])
+    with pytest.raises(chat.ChatError, match=r"messages\[0\]: a tool message needs a 'tool_call_id'"):
+        tiny_model.render_chat([{"role": "tool", "tool_call_id": "nope", "content": "x"}])
+    with pytest.raises(chat.ChatError, match="messages is empty"):
+        tiny_model.render_chat([])
+    with pytest.raises(chat.ChatError, match=r"tools\[0\]: only function tools"):
+        tiny_model.render_chat([{"role": "user", "content": "x"}], tools=[{"type": "web_search"}])
+
+
+def test_default_date_is_today(tiny_model):
+    import datetime
+    text = tiny_model.tokenizer.decode(tiny_model.render_chat([{"role": "user", "content": "x"}]))
+    assert f"Current date: {datetime.date.today().isoformat()}" in text
+
+
+def test_template_fallback_equals_transformers(tiny_model):
+    """The embedded template, forced, renders as transformers renders it."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello 👋"}]
+    ours = tiny_model.render_chat(messages, chat_format="template")
+    texts, _ = render_jinja_template(conversations=[messages], chat_template=tiny_model.chat_template,
+                                     add_generation_prompt=True, reasoning_effort="medium")
+    assert ours == tiny_model.tokenizer.encode(texts[0], allow_special=True)
+    assert tiny_model.tokenizer.decode(ours).endswith("<|start|>assistant")
+
+
+# --- parsing --------------------------------------------------------------
+
+def _ids(enc, text):
+    return enc.encode(text, allowed_special="all")
+
+
+WELL_FORMED = [
+    "<|channel|>analysis<|message|>Let me think about 2+2.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>It is 4.<|return|>",
+    "<|channel|>final<|message|>Ünïcødé 你好 🦆<|return|>",
+    "<|channel|>analysis<|message|>Use the tool.<|end|><|start|>assistant<|channel|>commentary "
+    "to=functions.get_weather <|constrain|>json<|message|>{\"location\": \"Tokyo\"}<|call|>",
+    " to=functions.get_weather<|channel|>commentary json<|message|>{}<|call|>",
+    "<|channel|>commentary<|message|>Checking now.<|end|><|start|>assistant to=functions.now"
+    "<|channel|>commentary<|message|>{}<|call|>",
+    "<|channel|>final<|message|><|return|>",
+]
+
+
+def _harmony_messages(enc, ids, strict):
+    p = H.StreamableParser(enc, Role.ASSISTANT, strict=strict)
+    for t in ids:
+        p.process(t)
+    p.process_eos()
+    return [(m.author.role.value, m.channel, m.recipient, m.content_type, m.content[0].text) for m in p.messages]
+
+
+def _ours(model, ids):
+    p = harmony.HarmonyParser(model.tokenizer)
+    deltas = [d for d in (p.feed(t) for t in ids) if d is not None]
+    msgs = [(m.role, m.channel, m.recipient, m.content_type, m.text) for m in p.close()]
+    return msgs, deltas
+
+
+@pytest.mark.parametrize("text", WELL_FORMED)
+def test_parser_equals_openai_harmony(tiny_model, text):
+    enc = harmony_encoding()
+    ids = _ids(enc, text)
+    ours, deltas = _ours(tiny_model, ids)
+    assert ours == _harmony_messages(enc, ids, strict=True)
+    # the streamed deltas add up to each message's text, on the right channel
+    for channel in {m[1] for m in ours}:
+        assert "".join(d.text for d in deltas if d.channel == channel) == \
+            "".join(m[4] for m in ours if m[1] == channel)
+
+
+def test_parser_streams_split_code_points(tiny_model):
+    """A character split over tokens arrives whole, once."""
+    enc = harmony_encoding()
+    ids = _ids(enc, "<|channel|>final<|message|>") + list(enc.encode("🦆".encode("utf-8").decode()))
+    p = harmony.HarmonyParser(tiny_model.tokenizer)
+    pieces = [d.text for d in (p.feed(t) for t in ids) if d is not None]
+    assert "".join(pieces) == "🦆" and all(pieces)
+
+
+MALFORMED = [
+    "<|channel|>final<|message|>cut off in the mid",           # no end token: closed at end of generation
+    "<|channel|>analysis<|message|>a<|end|>stray text with no start<|end|>",
+    "<|channel|>final<|return|>",                              # a header that never reaches <|message|>
+    "<|channel|>final some words<|end|>",
+    "<|message|>no channel at all<|return|>",
+    "<|channel|>analysis<|message|>x<|end|><|start|>mystery to=functions.f<|message|>y<|call|>",
+    "<|channel|><|message|>empty channel<|end|>",
+    "<|start|><|start|><|message|><|end|><|end|><|return|>",
+    "<|channel|>final<|message|>\xff\xfe broken bytes<|return|>",
+]
+
+
+@pytest.mark.parametrize("text", MALFORMED)
+def test_parser_survives_malformed_output(tiny_model, text):
+    enc = harmony_encoding()
+    ids = _ids(enc, text)
+    ours, _ = _ours(tiny_model, ids)                          # never raises
+    try:
+        ref = _harmony_messages(enc, ids, strict=False)
+    except H.HarmonyError:
+        ref = None                                            # openai-harmony gives up; we still answer
+    if ref is not None:
+        assert [m[4] for m in ours] == [m[4] for m in ref]
+        assert [m[1] for m in ours] == [m[1] for m in ref]
+
+
+def test_reply_splits_channels_and_tool_calls(tiny_model):
+    enc = harmony_encoding()
+    ids = _ids(enc, WELL_FORMED[2])
+    p = harmony.HarmonyParser(tiny_model.tokenizer)
+    for t in ids:
+        p.feed(t)
+    r = chat.reply_from_messages(p.close())
+    assert r.reasoning_content == "Use the tool."
+    assert r.content == ""
+    assert [c["function"] for c in r.tool_calls] == [{"name": "get_weather", "arguments": '{"location": "Tokyo"}'}]
+    # and the reply goes back into the history as the renderer expects
+    msgs = [{"role": "user", "content": "weather?"}, r.to_message(),
+            {"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": "sunny"}]
+    text = tiny_model.tokenizer.decode(tiny_model.render_chat(msgs, tools=[WEATHER], date=DATE))
+    assert "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|>" in text

@@ -1,0 +1,159 @@
+"""Sampling against transformers' logits processors: the candidate
+distribution equals theirs, and draws follow it (chi-square)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
+                                                    TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+from goosedump.sampling import SamplingError, SamplingParams, adjust_logits, distribution, make_rng, sample
+
+V = 3000   # above the nucleus search's first cut, so both of its paths run
+
+
+def fixed_logits(seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(V) * 2.5).astype(np.float32)
+
+
+def reference(logits, p: SamplingParams, prompt=()):
+    """The distribution transformers samples from, in the same order."""
+    x = torch.tensor(logits, dtype=torch.float64)[None]
+    ids = torch.tensor([list(prompt)], dtype=torch.long) if len(prompt) else torch.zeros((1, 0), dtype=torch.long)
+    if p.repetition_penalty != 1:
+        x = RepetitionPenaltyLogitsProcessor(p.repetition_penalty)(ids, x)
+    x = TemperatureLogitsWarper(p.temperature)(ids, x)
+    if p.top_k:
+        x = TopKLogitsWarper(p.top_k)(ids, x)
+    if p.top_p < 1:
+        x = TopPLogitsWarper(p.top_p)(ids, x)
+    if p.min_p > 0:
+        x = MinPLogitsWarper(p.min_p)(ids, x)
+    return torch.softmax(x, -1)[0].numpy()
+
+
+def dense(ids, probs):
+    out = np.zeros(V)
+    out[ids] = probs
+    return out
+
+
+def chi_square_ok(counts, expected_probs, alpha_z=3.72):
+    """Pearson's chi-square against expected probabilities, cells with an
+    expected count below 5 pooled; the critical value for p = 1e-4 by
+    Wilson-Hilferty."""
+    n = counts.sum()
+    exp = expected_probs * n
+    big = exp >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    e = np.append(exp[big], exp[~big].sum())
+    if e[-1] < 5:   # fold the pooled remainder into the largest cell
+        obs[np.argmax(e[:-1])] += obs[-1]
+        e[np.argmax(e[:-1])] += e[-1]
+        obs, e = obs[:-1], e[:-1]
+    assert counts[expected_probs == 0].sum() == 0, "drew a token the distribution excludes"
+    stat = float(((obs - e) ** 2 / e).sum())
+    df = len(e) - 1
+    crit = df * (1 - 2 / (9 * df) + alpha_z * math.sqrt(2 / (9 * df))) ** 3
+    return stat < crit, stat, crit
+
+
+CASES = [
+    SamplingParams(temperature=1.0),
+    SamplingParams(temperature=0.7),
+    SamplingParams(temperature=1.3, top_k=40),
+    SamplingParams(temperature=1.0, top_p=0.9),
+    SamplingParams(temperature=0.8, top_p=0.999),     # nucleus beyond the first 1024: full sort
+    SamplingParams(temperature=1.0, min_p=0.05),
+    SamplingParams(temperature=1.2, top_k=100, top_p=0.8, min_p=0.02),
+    SamplingParams(temperature=1.0, top_p=0.5, repetition_penalty=1.3),
+]
+
+
+@pytest.mark.parametrize("p", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_distribution_equals_transformers(p):
+    logits = fixed_logits()
+    prompt = np.arange(0, V, 7)
+    x = adjust_logits(logits, p, prompt, np.empty(0, np.int64))
+    ours = dense(*distribution(x, p))
+    ref = reference(logits, p, prompt)
+    assert set(np.flatnonzero(ours)) == set(np.flatnonzero(ref))
+    np.testing.assert_allclose(ours, ref, atol=1e-9, rtol=1e-6)
+
+
+@pytest.mark.parametrize("p", CASES[:7], ids=[str(i) for i in range(7)])
+def test_draws_follow_the_distribution(p):
+    logits = fixed_logits(1)
+    rng = make_rng(SamplingParams(seed=123))
+    draws = np.array([sample(logits, p, rng) for _ in range(20000)])
+    expected = reference(logits, p)
+    ok, stat, crit = chi_square_ok(np.bincount(draws, minlength=V).astype(float), expected)
+    assert ok, f"chi-square {stat:.1f} over the critical {crit:.1f}"
+
+
+def test_chi_square_has_power():
+    """The check rejects draws from the distribution before top-p: it can fail."""
+    logits = fixed_logits(1)
+    loose, tight = SamplingParams(temperature=1.0), SamplingParams(temperature=1.0, top_p=0.9)
+    rng = np.random.default_rng(5)
+    draws = np.array([sample(logits, loose, rng) for _ in range(20000)])
+    counts = np.bincount(draws, minlength=V).astype(float)
+    with pytest.raises(AssertionError, match="excludes"):
+        chi_square_ok(counts, reference(logits, tight))
+    # and a milder error, temperature 1.1 instead of 1.0, is caught too
+    ok, _, _ = chi_square_ok(counts, reference(logits, SamplingParams(temperature=1.1)))
+    assert not ok
+
+
+def test_greedy_is_argmax_after_bias_and_penalties():
+    logits = fixed_logits()
+    best = int(np.argmax(logits))
+    assert sample(logits, SamplingParams(temperature=0), None) == best
+    second = int(np.argsort(-logits)[1])
+    assert sample(logits, SamplingParams(temperature=0, logit_bias={best: -100}), None) == second
+    # a strong repetition penalty on the best token moves greedy to the next
+    assert sample(logits, SamplingParams(temperature=0, repetition_penalty=100.0), None,
+                  prompt=np.array([best])) == second
+
+
+def test_presence_and_frequency_follow_openai_formula():
+    logits = np.zeros(10, np.float32)
+    out = np.array([3, 3, 3, 5])
+    p = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25)
+    x = adjust_logits(logits, p, np.empty(0, np.int64), out)
+    expected = np.zeros(10)
+    expected[3] = -(0.5 + 0.25 * 3)
+    expected[5] = -(0.5 + 0.25 * 1)
+    np.testing.assert_allclose(x, expected)
+
+
+def test_seed_reproduces_and_differs():
+    logits = fixed_logits()
+    p = SamplingParams(temperature=1.0, seed=42)
+    a = [sample(logits, p, r) for r in [make_rng(p)] for _ in range(50)]
+    b = [sample(logits, p, r) for r in [make_rng(p)] for _ in range(50)]
+    c = [sample(logits, p, r) for r in [make_rng(SamplingParams(seed=43))] for _ in range(50)]
+    assert a == b and a != c
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"temperature": -1}, "temperature must be between 0 and 100, got -1"),
+    ({"top_p": 0}, "top_p must be in \\(0, 1\\], got 0"),
+    ({"top_k": -3}, "top_k must be an integer >= 0"),
+    ({"min_p": 1.5}, "min_p must be in \\[0, 1\\], got 1.5"),
+    ({"repetition_penalty": 0}, "repetition_penalty must be greater than 0"),
+    ({"presence_penalty": 3}, "presence_penalty must be between -2 and 2, got 3"),
+    ({"seed": "x"}, "seed must be an integer or None"),
+])
+def test_bad_parameters_are_named(kw, msg):
+    with pytest.raises(SamplingError, match=msg):
+        SamplingParams(**kw)
+
+
+def test_logit_bias_checked_against_vocabulary():
+    with pytest.raises(SamplingError, match="logit_bias token id 5000 is outside the vocabulary"):
+        SamplingParams(logit_bias={5000: 1}).check_vocab(V)
+    with pytest.raises(SamplingError, match="logit_bias for token 3 must be a number in \\[-100, 100\\]"):
+        SamplingParams(logit_bias={3: 500}).check_vocab(V)
