@@ -223,6 +223,9 @@ nb::list to_list(const std::vector<uint32_t>& ids) {
 
 NB_MODULE(_kernels, m) {
   m.doc() = "goosedump's native kernels";
+  // Objects still held by daemon threads (the engine's worker) at interpreter
+  // exit are not leaks worth a warning on every server shutdown.
+  nb::set_leak_warnings(false);
   m.def("cpu_has_avx2", &gd::cpu_has_avx2, "True when the CPU supports AVX2, FMA and F16C.");
   m.def("active_impl", [] { return gd::resolve_impl(gd::Impl::Auto) == gd::Impl::Avx2 ? "avx2" : "generic"; },
         "The implementation 'auto' resolves to on this CPU and environment.");
