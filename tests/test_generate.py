@@ -92,7 +92,7 @@ def run_cli(*args, **kw):
 
 
 def test_cli_run_streams_text(tiny_path, tiny_model):
-    out = run_cli("run", tiny_path, "-p", PROMPT, "--max-tokens", "8", "--threads", "1")
+    out = run_cli("run", tiny_path, "-p", PROMPT, "--raw", "--temperature", "0", "--max-tokens", "8", "--threads", "1")
     assert out.returncode == 0, out.stderr
     expect = tiny_model.generate(PROMPT, max_tokens=8)
     assert out.stdout.rstrip("\n") == expect.text
@@ -101,7 +101,8 @@ def test_cli_run_streams_text(tiny_path, tiny_model):
 
 def test_cli_run_json_and_prompt_sources(tiny_path, tiny_model, tmp_path):
     ids = tiny_model.tokenizer.encode(PROMPT)
-    out = run_cli("run", tiny_path, "--prompt-ids", ",".join(map(str, ids)), "-n", "5", "--json", "--ctx", "64")
+    out = run_cli("run", tiny_path, "--prompt-ids", ",".join(map(str, ids)), "-n", "5", "--json", "--ctx", "64",
+                  "--temperature", "0")
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
     assert r["prompt_token_ids"] == ids and r["generated_tokens"] == 5 == len(r["token_ids"])
@@ -109,7 +110,7 @@ def test_cli_run_json_and_prompt_sources(tiny_path, tiny_model, tmp_path):
     assert r["prefill_seconds"] > 0 and r["decode_seconds"] > 0
     f = tmp_path / "prompt.txt"
     f.write_text(PROMPT, encoding="utf-8")
-    out2 = run_cli("run", tiny_path, "--prompt-file", str(f), "-n", "5", "--json")
+    out2 = run_cli("run", tiny_path, "--prompt-file", str(f), "--raw", "-n", "5", "--json", "--temperature", "0")
     assert json.loads(out2.stdout)["token_ids"] == r["token_ids"]
 
 

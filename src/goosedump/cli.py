@@ -20,6 +20,41 @@ def _add_expert_cache(p: argparse.ArgumentParser) -> None:
                         "free; the footprint is then bounded by the OS, not the budget)")
 
 
+def _add_chat_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--system", default=None, help="system message (for gpt-oss it becomes the developer "
+                                                   "message's instructions, as openai-harmony maps it)")
+    p.add_argument("--reasoning-effort", choices=["low", "medium", "high"], default="medium",
+                   help="how long the model thinks (default medium)")
+    p.add_argument("--date", default=None, metavar="YYYY-MM-DD",
+                   help="the conversation's date in the system message (default today)")
+    p.add_argument("--hide-reasoning", action="store_true", help="do not show the model's reasoning")
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature; 0 is greedy (default 1.0, as gpt-oss recommends)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0: off)")
+    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0: off)")
+    p.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens less likely than min-p times the most likely (default 0: off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="(default 1.0: off)")
+    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed gives the same output")
+
+
+def _add_runtime(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ctx", type=int, default=None, help="context length (default min(4096, the model's))")
+    p.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
+    _add_expert_cache(p)
+
+
+def _add_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", action="store_true",
+                   help="report time, CPU, memory, page faults, reads and expert routing per phase "
+                        "(with --json: a 'profile' key)")
+    p.add_argument("--profile-out", metavar="FILE.json",
+                   help="write the profile, per token where it varies, as JSON (for goosedump plot)")
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from .synth import PRESETS, write_model
     t0 = time.perf_counter()
@@ -168,29 +203,68 @@ def cmd_cache_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _sampling(args: argparse.Namespace):
+    from .sampling import SamplingParams
+    return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                          repetition_penalty=args.repetition_penalty, seed=args.seed)
+
+
+def _load(args: argparse.Namespace):
     from .hub import resolve_model
     from .model import load
+    return load(resolve_model(args.model), n_ctx=args.ctx, threads=args.threads,
+                expert_cache=args.expert_cache, page_cache=args.page_cache)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
-    model = load(resolve_model(args.model), n_ctx=args.ctx, threads=args.threads,
-                 expert_cache=args.expert_cache, page_cache=args.page_cache)
+    # Token ids are a raw prompt by nature; text is a user message unless --raw.
+    chat = not args.raw and not isinstance(prompt, list)
+    if not chat and args.system is not None:
+        raise UsageError("--system needs the chat format (leave out --raw and --prompt-ids)")
+    sampling = _sampling(args)
+    model = _load(args)
     if args.routing_trace:
         model.transformer.routing = []
-    on_text = None
-    if not args.json:
-        def on_text(piece: str) -> None:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-    r = model.generate(prompt, max_tokens=args.max_tokens, time_budget=args.time_budget, on_text=on_text,
-                       profile=args.profile)
+    reply = None
+    if chat:
+        from .repl import ReplyPrinter
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+            [{"role": "user", "content": prompt}]
+        stream = model.chat_stream(messages, args.max_tokens, reasoning_effort=args.reasoning_effort,
+                                   date=args.date, sampling=sampling, time_budget=args.time_budget,
+                                   profile=args.profile or bool(args.profile_out))
+        printer = None if args.json else ReplyPrinter(show_reasoning=not args.hide_reasoning)
+        for d in stream:
+            if printer is not None:
+                printer(d)
+        if printer is not None:
+            printer.finish()
+        r, reply = stream.result, stream.reply
+    else:
+        on_text = None
+        if not args.json:
+            def on_text(piece: str) -> None:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        r = model.generate(prompt, max_tokens=args.max_tokens, time_budget=args.time_budget, on_text=on_text,
+                           profile=args.profile or bool(args.profile_out), sampling=sampling)
     if args.routing_trace:
         from .cachesim import write_trace
         c = model.config
         write_trace(args.routing_trace, {"model": model.path, "slot_bytes": model.store.slot_bytes,
                                          "n_layer": c.n_layer, "n_expert": c.n_expert, "k": c.n_expert_used},
                     model.transformer.routing_trace())
+    if args.profile_out:
+        write_profile(args.profile_out, model, r.profile)
     if args.json:
-        print(json.dumps(r.to_dict(), ensure_ascii=False))
+        d = r.to_dict()
+        if not args.profile:
+            d.pop("profile", None)
+        if reply is not None:
+            d["reply"] = {"content": reply.content, "reasoning_content": reply.reasoning_content,
+                          "tool_calls": reply.tool_calls}
+        print(json.dumps(d, ensure_ascii=False))
     else:
         if args.profile:
             sys.stdout.write("\n")
@@ -201,6 +275,24 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{r.generated_tokens} generated in {r.decode_seconds:.2f} s ({r.decode_tokens_per_s:.1f} tok/s), "
               f"stop: {r.stop_reason}]", file=sys.stderr)
     return 0
+
+
+def write_profile(path: str, model, profile: dict) -> None:
+    """The profile as JSON for `goosedump plot` and for comparing runs."""
+    doc = {**profile, "model": model.path}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    print(f"profile written to {path}", file=sys.stderr)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from .repl import ChatSession, run_chat
+    from .sampling import SamplingParams  # noqa: F401  (checked before loading)
+    sampling = _sampling(args)
+    model = _load(args)
+    session = ChatSession(model, system=args.system, reasoning_effort=args.reasoning_effort, date=args.date,
+                          sampling=sampling, max_tokens=args.max_tokens, show_reasoning=not args.hide_reasoning)
+    return run_chat(session)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -321,25 +413,35 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.set_defaults(func=cmd_inspect)
 
-    r = sub.add_parser("run", help="generate text from a prompt (raw completion, greedy)")
+    r = sub.add_parser("run", help="answer a prompt (in the chat format; --raw for plain completion)")
     r.add_argument("model", nargs="?", default=None,
                    help="GGUF file, or a Hugging Face repo id REPO[:FILE] (default: $GOOSEDUMP_MODEL, "
                         "else ggml-org/gpt-oss-20b-GGUF)")
-    r.add_argument("-p", "--prompt", help="prompt text (special tokens such as <|start|> are recognised)")
+    r.add_argument("-p", "--prompt", help="the user's message (with --raw: text to continue, where special "
+                                          "tokens such as <|start|> are recognised)")
     r.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file (- for stdin)")
-    r.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids (bypasses the tokenizer)")
+    r.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids, run raw (bypasses the "
+                                                       "tokenizer and the chat format)")
+    r.add_argument("--raw", action="store_true", help="plain completion of the prompt, no chat format")
     r.add_argument("-n", "--max-tokens", type=int, default=256, help="tokens to generate at most (default 256)")
-    r.add_argument("--ctx", type=int, default=None, help="context length (default min(4096, the model's))")
     r.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop generating after this many seconds")
-    r.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
-    _add_expert_cache(r)
+    _add_chat_options(r)
+    _add_sampling(r)
+    _add_runtime(r)
     r.add_argument("--routing-trace", metavar="FILE",
                    help="write the (token, layer, experts) routing of the run, for goosedump cache-sim")
-    r.add_argument("--profile", action="store_true",
-                   help="report where the time went, per phase and per token (with --json: a 'profile' key)")
+    _add_profile(r)
     r.set_defaults(func=cmd_run)
+
+    ch = sub.add_parser("chat", help="chat with the model in the terminal")
+    ch.add_argument("model", nargs="?", default=None, help="GGUF file or Hugging Face repo id (as for run)")
+    ch.add_argument("-n", "--max-tokens", type=int, default=2048, help="tokens per answer at most (default 2048)")
+    _add_chat_options(ch)
+    _add_sampling(ch)
+    _add_runtime(ch)
+    ch.set_defaults(func=cmd_chat)
 
     b = sub.add_parser("bench", help="prefill and decode tokens/s with their spread (like llama-bench)")
     b.add_argument("model", nargs="?", default=None, help="GGUF file or Hugging Face repo id (as for run)")

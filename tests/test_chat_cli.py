@@ -1,0 +1,183 @@
+"""`goosedump run` in the chat format and `goosedump chat` through a real
+terminal (a pty)."""
+import datetime
+import fcntl
+import io
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from goosedump.harmony import Delta
+from goosedump.repl import DIM, RESET, ReplyPrinter
+
+DATE = "2025-06-28"
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "goosedump", *args], capture_output=True, text=True)
+
+
+def test_run_renders_the_chat_format(tiny_path, tiny_model):
+    out = run_cli("run", tiny_path, "-p", "Hello there", "--system", "Be brief.", "--date", DATE,
+                  "--reasoning-effort", "high", "--temperature", "0", "-n", "6", "--json")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    expect = tiny_model.render_chat([{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": "Hello there"}],
+                                    reasoning_effort="high", date=DATE)
+    assert r["prompt_token_ids"] == expect
+    text = tiny_model.tokenizer.decode(r["prompt_token_ids"])
+    assert "Reasoning: high" in text and f"Current date: {DATE}" in text
+    assert "<|start|>developer<|message|># Instructions\n\nBe brief.<|end|>" in text
+    assert text.endswith("<|start|>user<|message|>Hello there<|end|><|start|>assistant")
+    assert set(r["reply"]) == {"content", "reasoning_content", "tool_calls"}
+    assert r["generated_tokens"] == 6 and r["stop_reason"] == "max_tokens"
+
+
+def test_run_date_defaults_to_today_and_raw_skips_the_format(tiny_path, tiny_model):
+    out = run_cli("run", tiny_path, "-p", "Hi", "-n", "2", "--json")
+    text = tiny_model.tokenizer.decode(json.loads(out.stdout)["prompt_token_ids"])
+    assert f"Current date: {datetime.date.today().isoformat()}" in text
+    raw = run_cli("run", tiny_path, "-p", "Hi", "--raw", "-n", "2", "--json")
+    assert json.loads(raw.stdout)["prompt_token_ids"] == tiny_model.tokenizer.encode("Hi")
+
+
+def test_run_sampling_flags(tiny_path):
+    def ids(*extra):
+        out = run_cli("run", tiny_path, "-p", "Tell me a story", "-n", "12", "--json", *extra)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["token_ids"]
+    a = ids("--seed", "5", "--top-p", "0.9", "--top-k", "50", "--min-p", "0.01")
+    assert a == ids("--seed", "5", "--top-p", "0.9", "--top-k", "50", "--min-p", "0.01")
+    assert a != ids("--seed", "6", "--top-p", "0.9", "--top-k", "50", "--min-p", "0.01")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-p", "x", "--raw", "--system", "s"], "--system needs the chat format"),
+    (["-p", "x", "--date", "June 1st"], "date must be YYYY-MM-DD, got 'June 1st'"),
+    (["-p", "x", "--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
+    (["-p", "x", "--temperature", "-1"], "temperature must be between 0 and 100, got -1.0"),
+])
+def test_run_chat_errors(tiny_path, args, message):
+    out = run_cli("run", tiny_path, *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_printer_dims_reasoning_and_names_tool_calls():
+    out, err = io.StringIO(), io.StringIO()
+    p = ReplyPrinter(out, err, show_reasoning=True, color=True)
+    for d in [Delta("Think", "analysis", None), Delta("ing.", "analysis", None),
+              Delta("Hello", "final", None), Delta(" world", "final", None),
+              Delta('{"city":', "commentary", "functions.weather"), Delta('"Oslo"}', "commentary", "functions.weather")]:
+        p(d)
+    p.finish()
+    assert out.getvalue() == "Hello world"
+    assert err.getvalue() == f"{DIM}Thinking.{RESET}\n[tool call] weather({{\"city\":\"Oslo\"}})\n"
+    hidden_out, hidden_err = io.StringIO(), io.StringIO()
+    q = ReplyPrinter(hidden_out, hidden_err, show_reasoning=False, color=True)
+    q(Delta("secret", "analysis", None))
+    q(Delta("answer", "final", None))
+    q.finish()
+    assert hidden_out.getvalue() == "answer" and "secret" not in hidden_err.getvalue()
+
+
+class Terminal:
+    """A child process on a pseudo-terminal: what a user's terminal shows."""
+
+    def __init__(self, argv):
+        master, slave = pty.openpty()
+        def controlling_terminal():   # a new session whose terminal is the pty: Ctrl-C becomes SIGINT
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                                     preexec_fn=controlling_terminal,
+                                     env={**os.environ, "TERM": "dumb", "COLUMNS": "200"})
+        os.close(slave)
+        self.fd, self.screen = master, ""
+
+    def read_until(self, text, timeout=60.0, start=0):
+        end = time.monotonic() + timeout
+        while text not in self.screen[start:]:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"waited {timeout} s for {text!r}; the terminal shows:\n{self.screen[-2000:]}")
+            r, _, _ = select.select([self.fd], [], [], left)
+            if r:
+                try:
+                    self.screen += os.read(self.fd, 65536).decode("utf-8", errors="replace")
+                except OSError:   # the child closed the terminal
+                    raise AssertionError(f"the program ended; the terminal shows:\n{self.screen[-2000:]}")
+        return self.screen.index(text, start) + len(text)
+
+    def send(self, text):
+        os.write(self.fd, text.encode())
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        os.close(self.fd)
+
+
+def test_chat_in_a_terminal(tiny_path, tmp_path):
+    term = Terminal([sys.executable, "-m", "goosedump", "chat", tiny_path, "--temperature", "0", "-n", "8",
+                     "--date", DATE])
+    try:
+        at = term.read_until(">>> ")
+        term.send("Hello!\r")
+        at = term.read_until("stop: max_tokens]", start=at)
+        at = term.read_until(">>> ", start=at)
+        term.send("/effort high\r")
+        at = term.read_until("reasoning effort: high", start=at)
+        term.send("And now?\r")
+        at = term.read_until("cached)", start=at)
+        # the second turn reused the first turn's cache
+        cached = int(term.screen[:at].rsplit("(", 1)[1].split()[0])
+        assert cached > 0
+        saved = tmp_path / "conversation.json"
+        term.send(f"/save {saved}\r")
+        at = term.read_until("saved 4 messages", start=at)
+        conv = json.loads(saved.read_text())
+        assert conv["reasoning_effort"] == "high"
+        assert [m["role"] for m in conv["messages"]] == ["user", "assistant", "user", "assistant"]
+        assert conv["messages"][0]["content"] == "Hello!" and conv["messages"][2]["content"] == "And now?"
+        term.send("/system Speak like a pirate.\r")
+        at = term.read_until("system message: 'Speak like a pirate.'", start=at)
+        term.send("/reset\r")
+        at = term.read_until("conversation cleared", start=at)
+        term.send("/nonsense\r")
+        at = term.read_until("unknown command /nonsense", start=at)
+        term.send("/quit\r")
+        assert term.proc.wait(timeout=30) == 0
+    finally:
+        term.close()
+
+
+def test_ctrl_c_stops_the_answer_not_the_chat(tiny_path):
+    # A long sampled answer (no repetition stop), interrupted once it streams.
+    term = Terminal([sys.executable, "-m", "goosedump", "chat", tiny_path, "--temperature", "1", "--seed", "1",
+                     "-n", "3500", "--ctx", "4096"])
+    try:
+        at = term.read_until(">>> ")
+        term.send("Write a very long essay.\r")
+        deadline = time.monotonic() + 60
+        while len(term.screen) < at + 400 and time.monotonic() < deadline:   # the answer is streaming
+            r, _, _ = select.select([term.fd], [], [], 0.5)
+            if r:
+                term.screen += os.read(term.fd, 65536).decode("utf-8", errors="replace")
+        term.send("\x03")                                                   # Ctrl-C
+        at = term.read_until("stop: interrupted] [stopped]", start=at, timeout=30)
+        at = term.read_until(">>> ", start=at)
+        assert term.proc.poll() is None                                     # still chatting
+        term.send("\x04")                                                   # Ctrl-D leaves
+        assert term.proc.wait(timeout=30) == 0
+    finally:
+        term.close()
