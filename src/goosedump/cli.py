@@ -150,16 +150,32 @@ def _read_prompt(args: argparse.Namespace):
 
 
 def print_profile(profile: dict, out=sys.stderr) -> None:
+    """Per phase: where the forward pass spent its time, then what the
+    process did (CPU, memory, faults, reads) and how the experts were routed."""
+    phases = {k: v for k, v in profile["phases"].items() if v["split"]["tokens"]}
     print("where the time went (ms per token; 'other' is Python, norms, RoPE, embeddings):", file=out)
-    split = {phase: p["split"] for phase, p in profile["phases"].items()}
-    parts = list(next(iter(split.values()))["seconds"])
+    parts = list(next(iter(profile["phases"].values()))["split"]["seconds"])
     print(f"  {'phase':8s} {'tokens':>6s} " + " ".join(f"{p:>11s}" for p in parts) + f" {'total':>9s}", file=out)
-    for phase, p in split.items():
-        if not p["tokens"]:
-            continue
-        ms = p["ms_per_token"]
-        print(f"  {phase:8s} {p['tokens']:6d} " + " ".join(f"{ms[k]:11.2f}" for k in parts) +
-              f" {1000 * p['total_seconds'] / p['tokens']:9.2f}", file=out)
+    for phase, p in phases.items():
+        sp = p["split"]
+        ms = sp["ms_per_token"]
+        print(f"  {phase:8s} {sp['tokens']:6d} " + " ".join(f"{ms[k]:11.2f}" for k in parts) +
+              f" {1000 * sp['total_seconds'] / sp['tokens']:9.2f}", file=out)
+    fb = format_bytes
+    print(f"  {'phase':8s} {'wall s':>8s} {'user s':>8s} {'sys s':>7s} {'peak RSS':>10s} {'major':>7s} "
+          f"{'minor':>8s} {'disk read':>10s}", file=out)
+    for phase, p in phases.items():
+        print(f"  {phase:8s} {p['wall_seconds']:8.2f} {p['cpu_user_seconds']:8.2f} {p['cpu_system_seconds']:7.2f} "
+              f"{fb(p['peak_rss_bytes']):>10s} {p['major_faults']:7d} {p['minor_faults']:8d} "
+              f"{fb(p['read_bytes']):>10s}", file=out)
+    print("  expert routing:", file=out)
+    for phase, p in phases.items():
+        r = p["routing"]
+        per_layer = r["unique_experts_per_layer"]
+        acc = r["prefetch_accuracy"]
+        print(f"  {phase:8s} {r['selections']} selections, {r['unique_pairs']} distinct (layer, expert), "
+              f"{min(per_layer)}..{max(per_layer)} experts per layer, cache hit rate {100 * r['hit_rate']:.0f}%"
+              + (f", prefetch accuracy {100 * acc:.0f}%" if acc is not None else ""), file=out)
 
 
 def print_cache(st: dict | None, out=sys.stderr) -> None:
@@ -285,51 +301,51 @@ def write_profile(path: str, model, profile: dict) -> None:
     print(f"profile written to {path}", file=sys.stderr)
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .plot import main as plot_main
+    for path in plot_main(args.profile, args.out):
+        print(path)
+    return 0
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from .repl import ChatSession, run_chat
     from .sampling import SamplingParams  # noqa: F401  (checked before loading)
     sampling = _sampling(args)
     model = _load(args)
     session = ChatSession(model, system=args.system, reasoning_effort=args.reasoning_effort, date=args.date,
-                          sampling=sampling, max_tokens=args.max_tokens, show_reasoning=not args.hide_reasoning)
+                          sampling=sampling, max_tokens=args.max_tokens, show_reasoning=not args.hide_reasoning,
+                          profile=args.profile)
     return run_chat(session)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Prefill and decode speed, llama-bench style: random token ids (no
-    special tokens), greedy decode that ignores end-of-generation."""
+    special tokens), greedy decode that runs through end-of-generation."""
     import statistics
 
     import numpy as np
 
-    from .hub import resolve_model
-    from .model import load
     if args.prompt_tokens < 1 or args.gen_tokens < 1 or args.reps < 1:
         raise UsageError("-p, -n and -r must be at least 1")
-    model = load(resolve_model(args.model), n_ctx=args.prompt_tokens + args.gen_tokens, threads=args.threads,
-                 expert_cache=args.expert_cache, page_cache=args.page_cache)
+    args.ctx = args.prompt_tokens + args.gen_tokens
+    model = _load(args)
     tr = model.transformer
     normal = [i for i in range(model.config.n_vocab) if i not in model.tokenizer.special_ids]
     rng = np.random.default_rng(0)
     runs = []
-    from .experts import StoreStats
+    profile = args.profile or bool(args.profile_out)
     for rep in range(args.reps + 1):  # the first is a warm-up, not counted
-        model.store.stats = StoreStats()
         tr.routing = [] if not model.store.in_place else None   # for Belady's hit rate
-        prompt = rng.choice(normal, args.prompt_tokens)
-        cache = model.new_cache()
-        t0 = time.perf_counter()
-        token, _ = tr.forward(prompt, cache, logits="argmax")
-        t1 = time.perf_counter()
-        for _ in range(args.gen_tokens):
-            token, _ = tr.forward(np.asarray([token]), cache, logits="argmax")
-        t2 = time.perf_counter()
+        prompt = rng.choice(normal, args.prompt_tokens).tolist()
+        r = model.generate(prompt, max_tokens=args.gen_tokens, reuse_cache=False, ignore_eos=True,
+                           profile=profile and rep == args.reps)
         if rep:
-            runs.append((args.prompt_tokens / (t1 - t0), args.gen_tokens / (t2 - t1)))
+            runs.append((r.prefill_tokens_per_s, r.decode_tokens_per_s))
             if not args.json:
                 print(f"rep {rep}: prefill {runs[-1][0]:.2f} tok/s, decode {runs[-1][1]:.2f} tok/s",
                       file=sys.stderr)
-    pre, dec = [r[0] for r in runs], [r[1] for r in runs]
+    pre, dec = [x[0] for x in runs], [x[1] for x in runs]
     sd = (lambda v: statistics.stdev(v) if len(v) > 1 else 0.0)
     from . import _kernels
     result = {"model": model.path, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
@@ -337,12 +353,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
               "prefill_tokens_per_s": statistics.mean(pre), "prefill_tokens_per_s_std": sd(pre),
               "decode_tokens_per_s": statistics.mean(dec), "decode_tokens_per_s_std": sd(dec),
               "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs],
-              "expert_cache": model.store.snapshot()}   # the last repetition's counters
-    if tr.routing is not None:
+              "expert_cache": r.expert_cache}   # the last repetition's counters
+    if tr.routing is not None and "belady_hit_rate" not in r.expert_cache:
         from .cachesim import simulate
         result["expert_cache"]["belady_hit_rate"] = simulate(tr.routing_trace(), model.store.n_slots,
                                                              "belady")["hit_rate"]
+    tr.routing = None
+    if args.profile_out:
+        write_profile(args.profile_out, model, r.profile)
     if args.json:
+        if args.profile:
+            result["profile"] = r.profile
         print(json.dumps(result))
         return 0
     name = os.path.basename(model.path)
@@ -352,9 +373,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
           f"{result['prefill_tokens_per_s']:8.2f} ± {result['prefill_tokens_per_s_std']:5.2f} |")
     print(f"| {name[:24]:24s} | {result['threads']:7d} | {'tg' + str(args.gen_tokens):>6s} | "
           f"{result['decode_tokens_per_s']:8.2f} ± {result['decode_tokens_per_s_std']:5.2f} |")
-    st = result["expert_cache"]
-    tokens = args.prompt_tokens + args.gen_tokens
-    print_cache({**st, "bytes_read_per_token": st["bytes_read"] / tokens}, out=sys.stdout)
+    print_cache(result["expert_cache"], out=sys.stdout)
+    if args.profile:
+        print_profile(r.profile, out=sys.stdout)
     return 0
 
 
@@ -441,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_chat_options(ch)
     _add_sampling(ch)
     _add_runtime(ch)
+    ch.add_argument("--profile", action="store_true", help="after each answer, report where time, memory "
+                                                          "and routing went")
     ch.set_defaults(func=cmd_chat)
 
     b = sub.add_parser("bench", help="prefill and decode tokens/s with their spread (like llama-bench)")
@@ -451,7 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
     _add_expert_cache(b)
     b.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_profile(b)
     b.set_defaults(func=cmd_bench)
+
+    pl = sub.add_parser("plot", help="draw a profile (from --profile-out) as PNG pictures")
+    pl.add_argument("profile", help="a JSON file written by run/bench --profile-out")
+    pl.add_argument("--out", required=True, metavar="DIR", help="folder for the pictures (created if missing)")
+    pl.set_defaults(func=cmd_plot)
 
     cs = sub.add_parser("cache-sim", help="replay a routing trace against each cache policy and budget")
     cs.add_argument("trace", help="a file written by goosedump run --routing-trace")

@@ -96,16 +96,18 @@ class Generation:
     `events()` gives (token id, text piece) per generated token instead. The
     consumer may `cancel(reason)` between items: the loop then ends with that
     stop reason before the next forward pass. `.result` holds the
-    GenerationResult once the iteration ends."""
+    GenerationResult once the iteration ends. ignore_eos (benchmarks, as
+    llama-bench): run to max_tokens through end-of-generation tokens and
+    repetition loops."""
 
     def __init__(self, transformer: Transformer, tokenizer: Tokenizer, cache: KVCache, prompt: list[int],
                  max_tokens: int, time_budget: float | None, profile: bool = False,
-                 sampling: SamplingParams = GREEDY, reuse_cache: bool = True):
+                 sampling: SamplingParams = GREEDY, reuse_cache: bool = True, ignore_eos: bool = False):
         sampling.check_vocab(transformer.config.n_vocab)
         self.result: GenerationResult | None = None
         self._cancel: str | None = None
         self._events = self._run(transformer, tokenizer, cache, prompt, max_tokens, time_budget, profile,
-                                 sampling, reuse_cache)
+                                 sampling, reuse_cache, ignore_eos)
 
     def events(self) -> Iterator[tuple[int | None, str]]:
         return self._events
@@ -124,7 +126,7 @@ class Generation:
 
     def _run(self, tr: Transformer, tok: Tokenizer, cache: KVCache, prompt: list[int], max_tokens: int,
              time_budget: float | None, profile: bool, sampling: SamplingParams,
-             reuse_cache: bool) -> Iterator[tuple[int | None, str]]:
+             reuse_cache: bool, ignore_eos: bool) -> Iterator[tuple[int | None, str]]:
         rec = _Recorder(tr, profile)
         t0 = time.perf_counter()
         deadline = None if time_budget is None else t0 + time_budget
@@ -152,7 +154,7 @@ class Generation:
         rec.phase("decode")
         t_decode_compute = 0.0  # forward passes only, for the profile's split
         while True:
-            if token in tok.eog_ids:
+            if token in tok.eog_ids and not ignore_eos:
                 stop, eos_id = STOP_EOS, token
                 break
             generated.append(token)
@@ -163,7 +165,7 @@ class Generation:
             if len(generated) >= max_tokens:
                 stop = STOP_MAX_TOKENS
                 break
-            if repetition_loop(generated):
+            if not ignore_eos and repetition_loop(generated):
                 stop = STOP_REPETITION
                 break
             if deadline is not None and time.perf_counter() >= deadline:

@@ -138,7 +138,8 @@ class Model:
 
     def generate_stream(self, prompt: str | Sequence[int], max_tokens: int = 256,
                         time_budget: float | None = None, profile: bool = False,
-                        sampling: SamplingParams | None = None, reuse_cache: bool = True) -> Generation:
+                        sampling: SamplingParams | None = None, reuse_cache: bool = True,
+                        ignore_eos: bool = False) -> Generation:
         """Generation as an iterator of text pieces (each whole code points);
         its `.result` is the GenerationResult once exhausted. sampling: None
         for greedy. reuse_cache: keep the KV cache of the prefix this prompt
@@ -149,17 +150,19 @@ class Model:
         if self._cache is None:
             self._cache = self.new_cache()
         return Generation(self.transformer, self.tokenizer, self._cache, ids, max_tokens, time_budget,
-                          profile=profile, sampling=sampling or GREEDY, reuse_cache=reuse_cache)
+                          profile=profile, sampling=sampling or GREEDY, reuse_cache=reuse_cache,
+                          ignore_eos=ignore_eos)
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 256, time_budget: float | None = None,
                  on_text: Callable[[str], None] | None = None, profile: bool = False,
-                 sampling: SamplingParams | None = None, reuse_cache: bool = True) -> GenerationResult:
+                 sampling: SamplingParams | None = None, reuse_cache: bool = True,
+                 ignore_eos: bool = False) -> GenerationResult:
         """Generation from text (a raw completion) or token ids; greedy unless
         sampling says otherwise. Stops on an end-of-generation token,
         max_tokens, a repetition loop or the time budget (seconds).
         profile=True fills result.profile with where time, memory and
         routing went."""
-        gen = self.generate_stream(prompt, max_tokens, time_budget, profile, sampling, reuse_cache)
+        gen = self.generate_stream(prompt, max_tokens, time_budget, profile, sampling, reuse_cache, ignore_eos)
         for piece in gen:
             if on_text is not None:
                 on_text(piece)

@@ -90,10 +90,10 @@ def ctrl_c_cancels(stream):
 
 class ChatSession:
     def __init__(self, model, *, system: str | None, reasoning_effort: str, date: str | None, sampling,
-                 max_tokens: int, show_reasoning: bool, out=sys.stdout, err=sys.stderr):
+                 max_tokens: int, show_reasoning: bool, profile: bool = False, out=sys.stdout, err=sys.stderr):
         self.model, self.system, self.effort, self.date = model, system, reasoning_effort, date
         self.sampling, self.max_tokens, self.show_reasoning = sampling, max_tokens, show_reasoning
-        self.out, self.err = out, err
+        self.out, self.err, self.profile = out, err, profile
         self.history: list[dict] = []
 
     def messages(self) -> list[dict]:
@@ -103,7 +103,7 @@ class ChatSession:
         self.history.append({"role": "user", "content": text})
         try:
             stream = self.model.chat_stream(self.messages(), self.max_tokens, reasoning_effort=self.effort,
-                                            date=self.date, sampling=self.sampling)
+                                            date=self.date, sampling=self.sampling, profile=self.profile)
         except (ChatError, ValueError) as e:   # e.g. the conversation outgrew the context
             self.history.pop()
             self.err.write(f"error: {e}\n")
@@ -121,6 +121,10 @@ class ChatSession:
                        f"{r.decode_tokens_per_s:.1f} tok/s, prompt {r.prompt_tokens} "
                        f"({r.cached_tokens} cached), stop: {r.stop_reason}]{note}"
                        f"{RESET if self.err.isatty() else ''}\n")
+        if self.profile:
+            from .cli import print_cache, print_profile
+            print_profile(r.profile, out=self.err)
+            print_cache(r.expert_cache, out=self.err)
         self.out.flush()
         self.err.flush()
 
