@@ -2,6 +2,13 @@
 worker thread runs them, so callers on other threads (the server's event
 loop) never touch the model themselves.
 
+Up to `max_batch` requests are active at once. A request joins between
+decode steps (its prompt is prefilled alone), then every step decodes one
+token of every active request in a single batched forward pass: the dense
+weights, and the experts the tokens share, are read once per step instead of
+once per request. Kernels are batch-invariant, so a request's tokens are the
+same bits whoever shares its steps.
+
     engine = Engine(model)
     req = engine.submit(prompt_ids, max_tokens=64, sampling=SamplingParams(...))
     for token, piece in req:        # blocks; or poll req.events from async code
@@ -17,8 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .generate import GenerationResult, check_context
-from .sampling import GREEDY, SamplingParams
+import numpy as np
+
+from .forward import KVCache
+from .generate import (STOP_EOS, STOP_MAX_TOKENS, STOP_REPETITION, STOP_TIME_BUDGET, GenerationResult,
+                       check_context, repetition_loop)
+from .sampling import GREEDY, SamplingParams, make_rng, sample
 
 _DONE = object()
 
@@ -71,21 +82,44 @@ class Request:
         return self.result
 
 
-class Engine:
-    """Runs submitted requests on one worker thread, first come first served."""
+class _Active:
+    """A request being generated: its cache, sampler and tokens so far."""
 
-    def __init__(self, model):
+    def __init__(self, req: Request, cache: KVCache, tokenizer):
+        self.req, self.cache = req, cache
+        self.rng = make_rng(req.sampling)
+        self.prompt = np.asarray(req.prompt, dtype=np.int64)
+        self.generated: list[int] = []
+        self.decoder = tokenizer.stream_decoder()
+        self.deadline = None if req.time_budget is None else req.started + req.time_budget
+        self.cached = 0
+        self.steps = 0
+        self.t_prefill = 0.0
+        self.next: int | None = None     # the token to feed at the next step
+
+
+class Engine:
+    """Runs submitted requests on one worker thread: first come first
+    served, up to max_batch decoded together."""
+
+    def __init__(self, model, max_batch: int = 4):
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.model = model
-        self._queue: "queue.Queue[Request]" = queue.Queue()
+        self.max_batch = max_batch
+        self._queue: "queue.Queue[Request | None]" = queue.Queue()
         self._lock = threading.Lock()
         self._next_id = 0
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._idle: list[KVCache] = []   # caches of finished requests, kept for prefix reuse
         self.active = 0                   # requests being generated now
         self.completed = 0
         self.prompt_tokens = 0
         self.generated_tokens = 0
         self.busy_seconds = 0.0           # time spent generating
+        self.steps = 0                    # batched decode steps
+        self.batched_tokens = 0           # tokens those steps decoded
 
     @property
     def queue_length(self) -> int:
@@ -115,38 +149,137 @@ class Engine:
         self._queue.put(req)
         return req
 
+    # -- the worker ------------------------------------------------------------
     def _work(self) -> None:
+        active: list[_Active] = []
         while True:
-            req = self._queue.get()
-            if req is None:
-                return
-            self._run(req)
+            # Join waiting requests between steps; block only when idle.
+            while len(active) < self.max_batch:
+                try:
+                    req = self._queue.get(block=not active)
+                except queue.Empty:
+                    break
+                if req is None:
+                    return
+                a = self._start(req)
+                if a is not None:
+                    active.append(a)
+            if active:
+                active = self._step(active)
 
-    def _run(self, req: Request) -> None:
+    def _cache_for(self, prompt: list[int]) -> KVCache:
+        """The idle cache sharing the longest prefix with prompt, else a new one."""
+        def shared(c: KVCache) -> int:
+            n = min(len(c.tokens), len(prompt))
+            diff = np.flatnonzero(np.asarray(c.tokens[:n]) != np.asarray(prompt[:n]))
+            return int(diff[0]) if len(diff) else n
+        if self._idle:
+            best = max(range(len(self._idle)), key=lambda j: shared(self._idle[j]))
+            return self._idle.pop(best)
+        return self.model.new_cache()
+
+    def _start(self, req: Request) -> _Active | None:
+        """Prefill a request and give its first token; None if it is over."""
         req.started = time.perf_counter()
         self.active += 1
+        if req.cancelled is not None:   # cancelled while it waited: nothing is computed
+            self._finish_result(req, GenerationResult(text="", prompt_token_ids=req.prompt, token_ids=[],
+                                                      stop_reason=req.cancelled, prefill_seconds=0.0,
+                                                      decode_seconds=0.0))
+            return None
+        a = _Active(req, self._cache_for(req.prompt), self.model.tokenizer)
         try:
-            if req.cancelled is None:
-                gen = self.model.generate_stream(req.prompt, req.max_tokens, req.time_budget, sampling=req.sampling)
-                for token, piece in gen.events():
-                    req.events.put((token, piece))
-                    if req.cancelled is not None:
-                        gen.cancel(req.cancelled)
-                req.result = gen.result
-            else:    # cancelled while it waited: nothing was computed
-                req.result = GenerationResult(text="", prompt_token_ids=req.prompt, token_ids=[],
-                                              stop_reason=req.cancelled, prefill_seconds=0.0, decode_seconds=0.0)
-            if req.result is not None:
-                self.prompt_tokens += req.result.prompt_tokens
-                self.generated_tokens += req.result.generated_tokens
-        except Exception as e:   # reported to the request's owner, the worker lives on
-            req.error = e
-        finally:
-            self.active -= 1
-            self.completed += 1
-            self.busy_seconds += time.perf_counter() - req.started
-            req._done.set()
-            req.events.put(_DONE)
+            tr = self.model.transformer
+            a.cached = a.cache.reuse(req.prompt)
+            prompt = a.prompt[a.cached:]
+            if req.sampling.plain_greedy:
+                token = int(tr.forward(prompt, a.cache, logits="argmax")[0])
+            else:
+                token = sample(tr.forward(prompt, a.cache, logits="last"), req.sampling, a.rng, a.prompt, None)
+            a.cache.save_window()
+            a.t_prefill = time.perf_counter()
+        except Exception as e:
+            self._fail(a, e)
+            return None
+        return a if self._accept(a, token) else None
+
+    def _step(self, active: list[_Active]) -> list[_Active]:
+        tr = self.model.transformer
+        try:
+            tokens = np.array([a.next for a in active])
+            greedy = all(a.req.sampling.plain_greedy for a in active)
+            out = tr.forward_multi(tokens, [a.cache for a in active], logits="argmax" if greedy else "last")
+        except Exception as e:     # a failed step (a read error) fails the requests in it
+            for a in active:
+                self._fail(a, e)
+            return []
+        self.steps += 1
+        self.batched_tokens += len(active)
+        still = []
+        for b, a in enumerate(active):
+            a.steps += 1
+            if greedy or a.req.sampling.plain_greedy:
+                token = int(out[b]) if greedy else int(np.argmax(out[b]))
+            else:
+                token = sample(out[b], a.req.sampling, a.rng, a.prompt, np.asarray(a.generated, dtype=np.int64))
+            if self._accept(a, token):
+                still.append(a)
+        return still
+
+    def _accept(self, a: _Active, token: int) -> bool:
+        """Deliver a token; True while the request goes on (as Generation)."""
+        req, stop = a.req, None
+        if token in self.model.tokenizer.eog_ids:
+            stop = STOP_EOS
+        else:
+            a.generated.append(token)
+            req.events.put((token, a.decoder.add(token)))
+            if req.cancelled is not None:
+                stop = req.cancelled
+            elif len(a.generated) >= req.max_tokens:
+                stop = STOP_MAX_TOKENS
+            elif repetition_loop(a.generated):
+                stop = STOP_REPETITION
+            elif a.deadline is not None and time.perf_counter() >= a.deadline:
+                stop = STOP_TIME_BUDGET
+        if stop is None:
+            a.next = token
+            return True
+        tail = a.decoder.flush()
+        if tail:
+            req.events.put((None, tail))
+        now = time.perf_counter()
+        self._finish_result(req, GenerationResult(
+            text=self.model.tokenizer.decode(a.generated), prompt_token_ids=req.prompt, token_ids=a.generated,
+            stop_reason=stop, prefill_seconds=a.t_prefill - req.started, decode_seconds=now - a.t_prefill,
+            decode_steps=a.steps, eos_token_id=token if stop == STOP_EOS else None, cached_tokens=a.cached))
+        self._idle.append(a.cache)
+        return False
+
+    def _fail(self, a: _Active, e: BaseException) -> None:
+        a.cache.reset()
+        self._idle.append(a.cache)
+        a.req.error = e
+        self._end(a.req)
+
+    def _finish_result(self, req: Request, result: GenerationResult) -> None:
+        req.result = result
+        self.prompt_tokens += result.prompt_tokens
+        self.generated_tokens += result.generated_tokens
+        self._end(req)
+
+    def _end(self, req: Request) -> None:
+        self.active -= 1
+        self.completed += 1
+        self.busy_seconds += time.perf_counter() - req.started
+        del self._idle[:-self.max_batch]      # keep as many idle caches as can be active
+        req._done.set()
+        req.events.put(_DONE)
+
+    def expert_stats(self) -> dict | None:
+        """The expert store's counters since the model was loaded."""
+        store = self.model.store
+        return None if store is None else store.snapshot()
 
     def close(self) -> None:
         self._closed = True

@@ -267,8 +267,10 @@ class Transformer:
         return ((np.cos(angles) * np.float32(self.rope_scale)).astype(np.float32),
                 (np.sin(angles) * np.float32(self.rope_scale)).astype(np.float32))
 
-    def attention(self, L: Layer, i: int, h: np.ndarray, cache: KVCache, pos0: int,
+    def attention(self, L: Layer, i: int, h: np.ndarray, seqs: list[tuple[KVCache, int, int, int]],
                   cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """h [T, D] holds the rows of one or more sequences: seqs lists
+        (cache, first position, first row, end row) of each."""
         c = self.config
         T = h.shape[0]
         t0 = time.perf_counter()
@@ -278,14 +280,15 @@ class Transformer:
         t1 = time.perf_counter()
         q = np.ascontiguousarray(apply_rope(q, cos, sin))
         k = apply_rope(k, cos, sin)
-        kc, vc = cache.k[i], cache.v[i]
-        slots = np.arange(pos0, pos0 + T) % kc.shape[0]
-        kc[slots] = k                                               # the cache is fp16
-        vc[slots] = v
         out = np.empty((T, c.n_head, c.value_dim), np.float32)
-        # softmax over [scores..., sink]; even layers see only the last `window` positions
-        _kernels.attention(q, kc.view(np.uint16), vc.view(np.uint16), L.attn_sinks, pos0, L.window,
-                           1.0 / math.sqrt(c.head_dim), out)
+        for cache, pos0, r0, r1 in seqs:
+            kc, vc = cache.k[i], cache.v[i]
+            slots = np.arange(pos0, pos0 + r1 - r0) % kc.shape[0]
+            kc[slots] = k[r0:r1]                                    # the cache is fp16
+            vc[slots] = v[r0:r1]
+            # softmax over [scores..., sink]; even layers see only the last `window` positions
+            _kernels.attention(q[r0:r1], kc.view(np.uint16), vc.view(np.uint16), L.attn_sinks, pos0, L.window,
+                               1.0 / math.sqrt(c.head_dim), out[r0:r1])
         t2 = time.perf_counter()
         o = L.attn_output(out.reshape(T, c.n_head * c.value_dim))    # [T, D]
         if self.timings is not None:
@@ -301,7 +304,7 @@ class Transformer:
         top_logits = np.take_along_axis(logits, top, axis=-1)
         w = np.exp(top_logits - top_logits.max(axis=-1, keepdims=True))
         w /= w.sum(axis=-1, keepdims=True)
-        if self.routing is not None:
+        if self.routing is not None and self._pos0 >= 0:
             self.routing.append((self._pos0, i, top))
         t1 = time.perf_counter()
         # experts grouped by the tokens routed to them: one matrix pass per expert
@@ -380,18 +383,45 @@ class Transformer:
         return out
 
     def forward_batch(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
-        """One batch: returns the residual stream after the last layer [T, D]."""
-        c = self.config
+        """One batch of one sequence: returns the residual stream after the
+        last layer [T, D]."""
         T, pos0 = len(tokens), cache.n
         self._pos0 = pos0
-        x = np.empty((T, c.n_embd), np.float32)
-        _kernels.get_rows(self.token_embd.fmt, self.token_embd.raw, tokens, x)  # embeddings
-        cos, sin = self.rope_tables(np.arange(pos0, pos0 + T))
-        for i, L in enumerate(self.layers):
-            h = rms_norm(x, L.attn_norm, c.rms_eps)
-            x = x + self.attention(L, i, h, cache, pos0, cos, sin)
-            h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
-            x = x + self.moe(L, i, h)
+        x = self._layers(tokens, np.arange(pos0, pos0 + T), [(cache, pos0, 0, T)])
         cache.n += T
         cache.tokens.extend(int(t) for t in tokens)
+        return x
+
+    def forward_multi(self, tokens: np.ndarray, caches: list[KVCache], logits: str = "last"):
+        """One decode step of several sequences at once, token b continuing
+        caches[b]: the weights, and the experts the tokens share, are read
+        once for all. Returns logits [B, V] ("last") or argmax ids [B]
+        ("argmax"); each row equals what forward() gives that sequence alone."""
+        c = self.config
+        tokens = np.asarray(tokens, dtype=np.int64)
+        B = len(tokens)
+        for cache in caches:
+            if cache.n + 1 > cache.n_ctx:
+                raise ContextOverflowError(f"{cache.n} cached + 1 new token exceed the context of {cache.n_ctx}")
+        positions = np.array([cache.n for cache in caches])
+        self._pos0 = -1          # rows of different sequences: not one routing trace
+        x = self._layers(tokens, positions, [(cache, int(p), b, b + 1) for b, (cache, p) in
+                                             enumerate(zip(caches, positions))])
+        for cache, t in zip(caches, tokens):
+            cache.n += 1
+            cache.tokens.append(int(t))
+        h = np.ascontiguousarray(rms_norm(x, self.output_norm, c.rms_eps))
+        out = self.output(h)                                         # [B, V]
+        return out.argmax(axis=-1) if logits == "argmax" else out
+
+    def _layers(self, tokens: np.ndarray, positions: np.ndarray, seqs) -> np.ndarray:
+        c = self.config
+        x = np.empty((len(tokens), c.n_embd), np.float32)
+        _kernels.get_rows(self.token_embd.fmt, self.token_embd.raw, tokens, x)  # embeddings
+        cos, sin = self.rope_tables(positions)
+        for i, L in enumerate(self.layers):
+            h = rms_norm(x, L.attn_norm, c.rms_eps)
+            x = x + self.attention(L, i, h, seqs, cos, sin)
+            h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
+            x = x + self.moe(L, i, h)
         return x

@@ -1,0 +1,117 @@
+"""The engine: queued requests, decoded together, each equal to its answer
+alone; cancellation; errors before queueing."""
+import threading
+
+import numpy as np
+import pytest
+
+import goosedump
+from goosedump.engine import Engine
+from goosedump.forward import ContextOverflowError
+from goosedump.sampling import SamplingError, SamplingParams
+
+TEXTS = ["hello world", "The cat sat on the", "Once upon a time there was", "x", "1 2 3 4 5 6"]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_path):
+    m = goosedump.load(tiny_path)
+    yield m
+    m.close()
+
+
+def alone(model, prompt, n, sampling=None):
+    return model.generate(prompt, n, sampling=sampling, reuse_cache=False).token_ids
+
+
+def test_batched_requests_equal_their_answers_alone(model):
+    prompts = [model.tokenizer.encode(t) for t in TEXTS]
+    # mixed in one batch: greedy, seeded sampling with different knobs, a penalty
+    samplers = [None, SamplingParams(temperature=1.0, seed=1), SamplingParams(temperature=0.7, top_p=0.9, seed=2),
+                SamplingParams(temperature=0, repetition_penalty=1.3), SamplingParams(temperature=1.2, top_k=40, seed=3)]
+    want = [alone(model, p, 24, s) for p, s in zip(prompts, samplers)]
+    engine = Engine(model, max_batch=4)
+    try:
+        reqs = [engine.submit(p, 24, sampling=s) for p, s in zip(prompts, samplers)]
+        got = [r.wait().token_ids for r in reqs]
+        assert got == want
+        # the steps decoded several requests each: they were batched
+        assert engine.batched_tokens > engine.steps > 0
+        assert max(engine.batched_tokens / engine.steps, 1) > 1.5
+        assert all(r.result.text == model.tokenizer.decode(r.result.token_ids) for r in reqs)
+    finally:
+        engine.close()
+
+
+def test_streamed_events_spell_the_text_and_fifo_order(model):
+    engine = Engine(model, max_batch=1)
+    try:
+        done = []
+        reqs = [engine.submit(model.tokenizer.encode(t), 8) for t in TEXTS]
+
+        def consume(r):
+            pieces = [p for _, p in r]
+            assert "".join(pieces) == r.result.text
+            done.append(r.id)
+        threads = [threading.Thread(target=consume, args=(r,)) for r in reqs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        # one at a time, first come first served: they start in submission order
+        starts = [r.started for r in reqs]
+        assert starts == sorted(starts)
+    finally:
+        engine.close()
+
+
+def test_cancel_stops_a_running_request_and_a_waiting_one(model):
+    engine = Engine(model, max_batch=1)
+    try:
+        long = engine.submit(model.tokenizer.encode("go on"), 400, sampling=SamplingParams(temperature=1, seed=0))
+        waiting = engine.submit(model.tokenizer.encode("later"), 400)
+        waiting.cancel("client_gone")
+        first = long.get(timeout=30)
+        assert first is not None
+        long.cancel("disconnected")
+        r = long.wait()
+        assert r.stop_reason == "disconnected" and r.generated_tokens < 400
+        w = waiting.wait()
+        assert w.stop_reason == "client_gone" and w.generated_tokens == 0
+        # the engine serves the next request normally
+        nxt = engine.submit(model.tokenizer.encode("hello world"), 6).wait()
+        assert nxt.token_ids == alone(model, model.tokenizer.encode("hello world"), 6)
+    finally:
+        engine.close()
+
+
+def test_errors_are_raised_before_queueing(model):
+    engine = Engine(model)
+    try:
+        with pytest.raises(ValueError, match="the prompt is empty"):
+            engine.submit([], 4)
+        with pytest.raises(ValueError, match="token id 999999 is outside the vocabulary"):
+            engine.submit([1, 999999], 4)
+        with pytest.raises(ContextOverflowError, match="exceeds the context"):
+            engine.submit([1] * 10, model.n_ctx)
+        with pytest.raises(SamplingError, match="logit_bias token id -5"):
+            engine.submit([1, 2], 4, sampling=SamplingParams(logit_bias={-5: 1.0}))
+        assert engine.queue_length == 0 and engine.completed == 0
+    finally:
+        engine.close()
+    with pytest.raises(ValueError, match="max_batch must be at least 1"):
+        Engine(model, max_batch=0)
+
+
+def test_a_new_turn_reuses_an_idle_cache(model):
+    engine = Engine(model, max_batch=2)
+    try:
+        first = model.tokenizer.encode("We talked about the weather in Oslo today")
+        r1 = engine.submit(first, 6).wait()
+        follow = first + r1.token_ids + model.tokenizer.encode(" and then?")
+        r2 = engine.submit(follow, 6).wait()
+        assert r2.cached_tokens >= len(first)
+        assert r2.token_ids == alone(model, follow, 6)
+        assert np.isfinite(engine.busy_seconds) and engine.completed == 2
+    finally:
+        engine.close()
