@@ -129,11 +129,13 @@ class Terminal:
 
 def test_chat_in_a_terminal(tiny_path, tmp_path):
     term = Terminal([sys.executable, "-m", "goosedump", "chat", tiny_path, "--temperature", "0", "-n", "8",
-                     "--date", DATE])
+                     "--date", DATE, "--profile"])
     try:
         at = term.read_until(">>> ")
         term.send("Hello!\r")
         at = term.read_until("stop: max_tokens]", start=at)
+        at = term.read_until("where the time went", start=at)   # --profile: after each answer
+        at = term.read_until("expert routing:", start=at)
         at = term.read_until(">>> ", start=at)
         term.send("/effort high\r")
         at = term.read_until("reasoning effort: high", start=at)
