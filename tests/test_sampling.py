@@ -36,7 +36,7 @@ def reference(logits, p: SamplingParams, prompt=()):
 
 def dense(ids, probs):
     out = np.zeros(V)
-    out[ids] = probs
+    out[np.arange(V) if ids is None else ids] = probs
     return out
 
 

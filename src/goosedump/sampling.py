@@ -98,25 +98,30 @@ def adjust_logits(logits: np.ndarray, p: SamplingParams, prompt: np.ndarray, out
     return x
 
 
-def distribution(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-    """Steps 3: the candidate token ids and their probabilities (summing to 1)
-    after temperature, top-k, top-p and min-p. x: adjusted logits."""
-    x = x / p.temperature
-    ids = np.arange(len(x))
+def distribution(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray | None, np.ndarray]:
+    """Step 3: the candidate token ids (None: the whole vocabulary, in order)
+    and their probabilities (summing to 1) after temperature, top-k, top-p
+    and min-p. x: adjusted logits."""
+    ids = None
     if p.top_k and p.top_k < len(x):
         ids = np.argpartition(-x, p.top_k - 1)[:p.top_k]
-    z = x[ids]
+        x = x[ids]
+    z = x / p.temperature
     probs = np.exp(z - z.max())
     probs /= probs.sum()
+    keep = None
     if p.top_p < 1:
         order = _descending(probs, p.top_p)
         cum = np.cumsum(probs[order])
         keep = order[:int(np.searchsorted(cum, p.top_p)) + 1]    # the first prefix reaching p
-        ids, probs = ids[keep], probs[keep]
     if p.min_p > 0:
-        keep = probs >= p.min_p * probs.max()
-        ids, probs = ids[keep], probs[keep]
-    return ids, probs / probs.sum()
+        big = np.flatnonzero(probs >= p.min_p * probs.max())
+        keep = big if keep is None else np.intersect1d(keep, big)
+    if keep is not None:
+        ids = keep if ids is None else ids[keep]
+        probs = probs[keep]
+        probs = probs / probs.sum()
+    return ids, probs
 
 
 def _descending(probs: np.ndarray, mass: float) -> np.ndarray:
@@ -139,8 +144,8 @@ def sample(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator,
         return int(np.argmax(x))
     ids, probs = distribution(x, p)
     # inverse CDF with one uniform draw: one draw per token keeps seeded runs reproducible
-    i = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
-    return int(ids[min(i, len(ids) - 1)])
+    i = min(int(np.searchsorted(np.cumsum(probs), rng.random(), side="right")), len(probs) - 1)
+    return int(ids[i]) if ids is not None else i
 
 
 def make_rng(p: SamplingParams) -> np.random.Generator:
