@@ -657,7 +657,8 @@ class Metrics:
             self.stops["error" if r is None else r.stop_reason] += 1
             if r is not None:
                 self.cached += r.cached_tokens
-                # the engine resets the store's counters per generation: keep totals here
+                # an engine that resets the store's counters per generation
+                # reports them in the result: totals are kept here
                 ec = r.expert_cache or {}
                 self.hits += int(ec.get("hits", 0))
                 self.misses += int(ec.get("misses", 0))
@@ -684,13 +685,19 @@ class Metrics:
                    "Prompt tokens whose KV cache was reused rather than recomputed.", [({}, self.cached)])
             metric("goosedump_generated_tokens_total", "counter", "Generated tokens, counted as produced.",
                    [({}, self.generated)])
-            metric("goosedump_busy_seconds_total", "counter", "Seconds the engine spent generating.",
+            metric("goosedump_busy_seconds_total", "counter",
+                   "Seconds from each request's start to its end, summed over requests.",
                    [({}, round(engine.busy_seconds, 6))])
             tps = engine.generated_tokens / engine.busy_seconds if engine.busy_seconds > 0 else 0.0
             metric("goosedump_tokens_per_second", "gauge",
-                   "Generated tokens per busy second of the engine, since start.", [({}, round(tps, 3))])
-            metric("goosedump_expert_cache_hits_total", "counter", "Expert cache hits.", [({}, self.hits)])
-            metric("goosedump_expert_cache_misses_total", "counter", "Expert cache misses.", [({}, self.misses)])
+                   "Generated tokens per busy second of the engine, since start (busy seconds are summed "
+                   "over requests: with batched decode, the rate one request sees).", [({}, round(tps, 3))])
+            hits, misses = self.hits, self.misses
+            store = engine.expert_stats() if hasattr(engine, "expert_stats") else None
+            if store is not None:      # the batched engine's counters run since the model was loaded
+                hits, misses = max(hits, int(store["hits"])), max(misses, int(store["misses"]))
+            metric("goosedump_expert_cache_hits_total", "counter", "Expert cache hits.", [({}, hits)])
+            metric("goosedump_expert_cache_misses_total", "counter", "Expert cache misses.", [({}, misses)])
             metric("goosedump_queue_length", "gauge", "Requests waiting for the engine.",
                    [({}, engine.queue_length)])
             metric("goosedump_active_requests", "gauge", "Requests being generated.", [({}, engine.active)])
