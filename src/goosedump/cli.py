@@ -55,6 +55,36 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
                    help="write the profile, per token where it varies, as JSON (for goosedump plot)")
 
 
+ENV_API_KEY = "GOOSEDUMP_API_KEY"
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """goosedump serve's flags (here, so that --help needs no web stack)."""
+    p.add_argument("model", help="GGUF file (or a Hugging Face repo id REPO[:FILE], as for goosedump run)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
+                   help=f"require 'Authorization: Bearer KEY' on /v1/ (default: ${ENV_API_KEY}; unset: open)")
+    p.add_argument("--expert-cache", metavar="SIZE", default=None,
+                   help=f"expert cache budget, an integer followed by M or G, 1M..16G "
+                        f"(default: ${ENV_EXPERT_CACHE}, else 2G)")
+    p.add_argument("--page-cache", action="store_true",
+                   help="leave the experts' pages in the OS page cache after reading")
+    p.add_argument("--ctx", type=int, default=None, help="context length (default min(4096, the model's))")
+    p.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
+    p.add_argument("--model-name", metavar="NAME", default=None,
+                   help="the model's id in the API (default: the file's name without .gguf)")
+    p.add_argument("--max-batch", type=int, default=4,
+                   help="requests the engine decodes together, where it can (default 4)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (default info)")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .server import cmd_serve as serve   # FastAPI and uvicorn load only for serve
+    return serve(args)
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from .synth import PRESETS, write_model
     t0 = time.perf_counter()
@@ -489,6 +519,10 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--slot-bytes", type=int, default=None, help="bytes per expert slot (default: the trace's)")
     cs.add_argument("--json", action="store_true")
     cs.set_defaults(func=cmd_cache_sim)
+
+    sv = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API (see docs/server.md)")
+    add_serve_arguments(sv)
+    sv.set_defaults(func=cmd_serve)
 
     d = sub.add_parser("demo", help="write a tiny synthetic model into the cache and run it end to end")
     d.add_argument("--max-tokens", type=int, default=32)

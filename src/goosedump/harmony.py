@@ -363,6 +363,11 @@ class HarmonyParser:
         return self._current.recipient if self._current else None
 
     @property
+    def current_role(self) -> str | None:
+        """The role of the message being written (None between messages)."""
+        return self._current.role if self._current else None
+
+    @property
     def in_message(self) -> bool:
         return self._current is not None
 

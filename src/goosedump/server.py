@@ -42,14 +42,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
-from .budget import ENV_EXPERT_CACHE
+from .cli import ENV_API_KEY
+from .cli import add_serve_arguments as add_arguments
 from .chat import ChatError, has_harmony_tokens
 from .engine import Engine
 from .forward import ContextOverflowError
 from .harmony import HarmonyParser
 from .sampling import SamplingError, SamplingParams
 
-ENV_API_KEY = "GOOSEDUMP_API_KEY"
 MAX_STOPS = 4                  # as OpenAI: up to 4 stop strings
 DISCONNECT_POLL = 0.25         # seconds between checks that a client is still there
 FINGERPRINT = f"goosedump-{__version__}"
@@ -373,8 +373,8 @@ class Turn:
         out = self._end_finished()
         i = len(self.parser.messages)
         if self.parser.in_message and i not in self._by_message:
-            cur = self.parser._current     # the header just read (its role is not public)
-            out += self._start(i, item_kind(cur.role, cur.channel, cur.recipient), cur.recipient)
+            p = self.parser                # the header just read
+            out += self._start(i, item_kind(p.current_role, p.channel, p.recipient), p.recipient)
         if d is not None and d.text and self._by_message.get(i) is not None:
             out += self._delta(self._by_message[i], d.text)
         return out
@@ -1259,27 +1259,6 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 
 
 # --- command line -------------------------------------------------------------------
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="GGUF file (or a Hugging Face repo id REPO[:FILE], as for goosedump run)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
-                   help=f"require 'Authorization: Bearer KEY' on /v1/ (default: ${ENV_API_KEY}; unset: open)")
-    p.add_argument("--expert-cache", metavar="SIZE", default=None,
-                   help=f"expert cache budget, an integer followed by M or G, 1M..16G "
-                        f"(default: ${ENV_EXPERT_CACHE}, else 2G)")
-    p.add_argument("--page-cache", action="store_true",
-                   help="leave the experts' pages in the OS page cache after reading")
-    p.add_argument("--ctx", type=int, default=None, help="context length (default min(4096, the model's))")
-    p.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
-    p.add_argument("--model-name", metavar="NAME", default=None,
-                   help="the model's id in the API (default: the file's name without .gguf)")
-    p.add_argument("--max-batch", type=int, default=4,
-                   help="requests the engine decodes together, where it can (default 4)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level (default info)")
-
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Registers `goosedump serve` on the CLI's subparsers."""
