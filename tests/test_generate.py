@@ -196,8 +196,10 @@ def test_cli_run_profile(tiny_path):
     out = run_cli("run", tiny_path, "-p", PROMPT, "-n", "6", "--profile")
     assert out.returncode == 0, out.stderr
     assert "where the time went" in out.stderr
-    rows = [line.split() for line in out.stderr.splitlines() if line.strip().startswith(("prefill ", "decode "))]
+    split, process = out.stderr.split("wall s", 1)        # the time split, then the process table
+    rows = [line.split() for line in split.splitlines() if line.strip().startswith(("prefill ", "decode "))]
     assert [r[0] for r in rows] == ["prefill", "decode"]
+    assert "peak RSS" in process and "expert routing:" in process
     for r in rows:   # tokens, six parts, total: the parts add up to the total
         values = [float(x) for x in r[2:]]
         assert sum(values[:-1]) == pytest.approx(values[-1], abs=0.02 + 0.01 * values[-1])
