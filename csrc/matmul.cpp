@@ -73,7 +73,10 @@ void rows_generic_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K
         const float dw = block_codes(f, W + n * rb + b * bb, w);
         const int16_t* q = Q + t * K + b * kBlock;
         int32_t s = 0;
-        for (int j = 0; j < 32; ++j) s += int32_t(w[j]) * q[j];
+        if (f == Format::MXFP4)
+          for (int j = 0; j < 32; ++j) s += int32_t(w[j]) * q[act_slot(j)];
+        else
+          for (int j = 0; j < 32; ++j) s += int32_t(w[j]) * q[j];
         acc += float(s) * (dw * D[t * nb + b]);
       }
       Y[t * ldy + n] = acc + (bias ? bias[n] : 0.f);
@@ -176,67 +179,73 @@ __attribute__((target("avx2,fma,f16c"))) inline void row_tile(Format f, const ui
   }
 }
 
-// The 32 weight codes of a block as two vectors of 16 int16, and its scale.
-__attribute__((target("avx2,fma,f16c"))) inline float load_codes(Format f, const uint8_t* blk, __m256i& lo,
-                                                                  __m256i& hi) {
-  float d;
-  __m128i a, b;
-  if (f == Format::Q8_0) {
+// The 32 weight codes of a block as two vectors of 16 int16 that multiply
+// the first and the second 16 activations of the block's I16 form. Q8_0:
+// codes 0..15 and 16..31, widened from bytes. MXFP4: codes 0, 2, .., 30 and
+// 1, 3, .., 31 (the activations are in that order, see act_slot): its 4-bit
+// codes go through the value table as 32 int8 in one 256-bit shuffle and
+// are widened by shifts, with no cross-lane widening.
+template <Format F>
+__attribute__((target("avx2,fma,f16c"))) inline float load_codes(const uint8_t* blk, __m256i& first,
+                                                                  __m256i& second) {
+  if constexpr (F == Format::Q8_0) {
     uint16_t h;
     std::memcpy(&h, blk, 2);
-    d = _cvtsh_ss(h);
-    a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-    b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+    first = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    second = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+    return _cvtsh_ss(h);
   } else {
-    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    d = e8m0_to_fp32_half(blk[0]);
-    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
-    a = _mm_shuffle_epi8(table, _mm_and_si128(qs, mask));
-    b = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), mask));
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    // the 16 code bytes in both halves: low nibbles (codes 0..15) index the
+    // table in the first half, high nibbles (codes 16..31) in the second
+    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
+    const __m256i idx = _mm256_blend_epi32(_mm256_and_si256(qs, mask),
+                                           _mm256_and_si256(_mm256_srli_epi16(qs, 4), mask), 0xF0);
+    const __m256i w = _mm256_shuffle_epi8(table, idx);
+    first = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8);   // the even bytes, sign-extended
+    second = _mm256_srai_epi16(w, 8);                        // the odd bytes
+    return e8m0_to_fp32_half(blk[0]);
   }
-  lo = _mm256_cvtepi8_epi16(a);
-  hi = _mm256_cvtepi8_epi16(b);
-  return d;
 }
 
-template <int TT>
-__attribute__((target("avx2,fma,f16c"))) inline void row_tile_i16(Format f, const uint8_t* row, size_t n_blocks,
+// One row against TT tokens. One accumulator per token whatever the tile:
+// a token's sum is formed in the same order alone or in a batch, so
+// prefill, decode and a cached prefix give the same bits. The format is a
+// template parameter so that the block loop carries no branch.
+template <Format F, int TT>
+__attribute__((target("avx2,fma,f16c"))) inline void row_tile_i16(const uint8_t* row, size_t n_blocks,
                                                                     size_t block_bytes, const int16_t* Q, size_t K,
                                                                     const float* D, float* out) {
-  // One accumulator per token whatever the tile: a token's sum is then
-  // formed in the same order alone or in a batch, so prefill, decode and a
-  // cached prefix give the same bits. (Two accumulators for a lone token
-  // measured no faster.)
-  constexpr int A = 1;
-  __m256 acc[TT][A];
-  for (int t = 0; t < TT; ++t)
-    for (int a = 0; a < A; ++a) acc[t][a] = _mm256_setzero_ps();
+  __m256 acc[TT];
+  for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
+#pragma GCC unroll 2
   for (size_t b = 0; b < n_blocks; ++b) {
-    __m256i lo, hi;
-    const float dw = load_codes(f, row + b * block_bytes, lo, hi);
+    __m256i first, second;
+    const float dw = load_codes<F>(row + b * block_bytes, first, second);
     for (int t = 0; t < TT; ++t) {
       const int16_t* q = Q + t * K + b * kBlock;
       const __m256i s = _mm256_add_epi32(
-          _mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
-          _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
+          _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+          _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
       const __m256 scale = _mm256_set1_ps(dw * D[t * n_blocks + b]);
-      acc[t][b % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t][b % A]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t]);
     }
   }
-  for (int t = 0; t < TT; ++t) {
-    __m256 sum = acc[t][0];
-    for (int a = 1; a < A; ++a) sum = _mm256_add_ps(sum, acc[t][a]);
-    out[t] = hsum(sum);
-  }
+  for (int t = 0; t < TT; ++t) out[t] = hsum(acc[t]);
 }
 
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const int16_t* Q, const float* D,
                    size_t T, float* Y, size_t ldy, const float* bias) {
   const size_t nb = K / kBlock, bb = row_bytes(f, K) / nb;
-  rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
-    row_tile_i16<TT>(f, row, nb, bb, Q + t0 * K, K, D + t0 * nb, out);
-  });
+  if (f == Format::Q8_0)
+    rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+      row_tile_i16<Format::Q8_0, TT>(row, nb, bb, Q + t0 * K, K, D + t0 * nb, out);
+    });
+  else
+    rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+      row_tile_i16<Format::MXFP4, TT>(row, nb, bb, Q + t0 * K, K, D + t0 * nb, out);
+    });
 }
 
 void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
@@ -250,11 +259,11 @@ void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const
 
 }  // namespace
 
-ActView::ActView(Acts a, const float* x, size_t ld, size_t T, size_t K) : acts(a), X(x), ldx(ld) {
+ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K) : acts(a), X(x), ldx(ld) {
   if (acts == Acts::I16) {
     q.resize(T * K);
     d.resize(T * K / kBlock);
-    quantize_acts_i16(X, ldx, T, K, q.data(), d.data());
+    quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), f == Format::MXFP4);
   }
 }
 
@@ -272,7 +281,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
   rows_generic(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
 }
 
-void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d) {
+void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, bool even_odd) {
   const size_t nb = K / kBlock;
   for (size_t t = 0; t < T; ++t) {
     for (size_t b = 0; b < nb; ++b) {
@@ -282,7 +291,8 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
       const float scale = amax / 32767.f;
       const float inv = amax > 0.f ? 32767.f / amax : 0.f;
       d[t * nb + b] = scale;
-      for (int j = 0; j < kBlock; ++j) q[t * K + b * kBlock + j] = int16_t(std::lrintf(x[j] * inv));
+      int16_t* out = q + t * K + b * kBlock;
+      for (int j = 0; j < kBlock; ++j) out[even_odd ? act_slot(j) : j] = int16_t(std::lrintf(x[j] * inv));
     }
   }
 }
@@ -290,7 +300,7 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
 void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size_t ldx, size_t T, float* Y,
             size_t ldy, const float* bias, Impl impl, Acts acts) {
   const Impl which = resolve_impl(impl);
-  const ActView a(acts, X, ldx, T, K);
+  const ActView a(acts, f, X, ldx, T, K);
   const size_t n_tasks = (N + kRowsPerTask - 1) / kRowsPerTask;
   parallel_for(n_tasks, [&](size_t task) {
     const size_t n0 = task * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
@@ -300,7 +310,7 @@ void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size
 
 ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl, Acts acts) {
   const Impl which = resolve_impl(impl);
-  const ActView a(acts, x, K, 1, K);
+  const ActView a(acts, f, x, K, 1, K);
   constexpr size_t kRows = 256;
   const size_t n_tasks = (N + kRows - 1) / kRows;
   std::vector<ArgMax> best(n_tasks, {0, -std::numeric_limits<float>::infinity()});

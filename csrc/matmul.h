@@ -34,15 +34,16 @@ struct ArgMax { size_t index; float value; };
 ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl,
                      Acts acts = Acts::I16);
 
-// Activations in the form a product reads: fp32 as given, or the I16 form
-// (quantized once, shared by every row).
+// Activations in the form a product with weights of format f reads: fp32 as
+// given, or the I16 form (quantized once, shared by every row; for MXFP4 in
+// the even/odd order of act_slot).
 struct ActView {
   Acts acts;
   const float* X;
   size_t ldx;
   std::vector<int16_t> q;
   std::vector<float> d;
-  ActView(Acts a, const float* x, size_t ld, size_t T, size_t K);
+  ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K);
 };
 
 // Rows [n0, n1) of a product, on the calling thread (for callers that split
@@ -51,7 +52,12 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
                  float* Y, size_t ldy, const float* bias, Impl impl);
 
 // The I16 form of activations: q[t*K + k], one scale per 32-block d[t*K/32 + b].
-void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d);
+// With even_odd, activation j of a 32-block sits at act_slot(j): even ones
+// first (0, 2, .., 30), then odd ones, the order the AVX2 kernel widens
+// MXFP4 codes in (by shifts, cheaper there than a cross-lane widening).
+constexpr int act_slot(int j) { return (j & 1) ? 16 + (j >> 1) : (j >> 1); }
+
+void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, bool even_odd);
 
 // Dequantize whole rows (embedding lookup): out[i] = W[rows[i]].
 void get_rows(Format f, const uint8_t* W, size_t K, const int64_t* rows, size_t n_rows, float* out, Impl impl);
