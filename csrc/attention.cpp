@@ -33,14 +33,14 @@ void axpy_generic(float w, const float* v, float* out, size_t d) {
 }
 
 #ifdef GD_X86
-__attribute__((target("avx2,fma,f16c"))) void to_f32_avx2(const uint16_t* h, float* out, size_t n) {
+__attribute__((target("avx2,fma,f16c"))) inline void to_f32_avx2(const uint16_t* h, float* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
   for (; i < n; ++i) out[i] = _cvtsh_ss(h[i]);
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dot_avx2(const float* a, const float* b, size_t d) {
+__attribute__((target("avx2,fma,f16c"))) inline float dot_avx2(const float* a, const float* b, size_t d) {
   __m256 acc = _mm256_setzero_ps();
   size_t i = 0;
   for (; i + 8 <= d; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
@@ -52,12 +52,81 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const float* a, const fl
   return r;
 }
 
-__attribute__((target("avx2,fma,f16c"))) void axpy_avx2(float w, const float* v, float* out, size_t d) {
+__attribute__((target("avx2,fma,f16c"))) inline void axpy_avx2(float w, const float* v, float* out, size_t d) {
   const __m256 wv = _mm256_set1_ps(w);
   size_t i = 0;
   for (; i + 8 <= d; i += 8)
     _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
   for (; i < d; ++i) out[i] += w * v[i];
+}
+
+// e^x for x <= 0 (scores minus their maximum), 8 at a time: x = n ln2 + r,
+// |r| <= ln2/2, e^r by a degree-6 polynomial (relative error ~2e-7), 2^n
+// built in the exponent bits; below -87 the result is 0.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 exp_neg_avx2(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), zero_mask);
+}
+
+// One (query, kv head) task with everything inlined: a key row is converted
+// once and dotted with the group's queries; the exponentials go 8 at a time.
+__attribute__((target("avx2,fma,f16c"))) void attend_task_avx2(const AttentionArgs& a, size_t t, size_t kh,
+                                                               size_t lo, size_t n, float* scores) {
+  const size_t group = a.H / a.KH, h0 = kh * group, d = a.d, dv = a.dv;
+  const float* q = a.q + (t * a.H + h0) * d;   // the group's queries, contiguous
+  alignas(32) float krow[256], vrow[256];
+  for (size_t j = 0; j < n; ++j) {
+    const size_t slot = (lo + j) % a.cap;
+    to_f32_avx2(a.k + (slot * a.KH + kh) * d, krow, d);
+    for (size_t g = 0; g < group; ++g) scores[g * n + j] = a.scale * dot_avx2(q + g * d, krow, d);
+  }
+  float inv[64];
+  for (size_t g = 0; g < group; ++g) {
+    float* s = scores + g * n;
+    const float sink = a.sinks ? a.sinks[h0 + g] : -INFINITY;
+    float m = sink;
+    for (size_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const __m256 e = exp_neg_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+      _mm256_storeu_ps(s + j, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    alignas(32) float part[8];
+    _mm256_store_ps(part, sum);
+    float denom = a.sinks ? std::exp(sink - m) : 0.f;   // the sink joins the softmax, with no value
+    for (int k = 0; k < 8; ++k) denom += part[k];
+    for (; j < n; ++j) {
+      alignas(32) float one[8] = {s[j] - m, 0, 0, 0, 0, 0, 0, 0};
+      _mm256_store_ps(one, exp_neg_avx2(_mm256_load_ps(one)));
+      s[j] = one[0];
+      denom += one[0];
+    }
+    inv[g] = 1.f / denom;
+  }
+  float* out = a.out + (t * a.H + h0) * dv;
+  std::memset(out, 0, group * dv * sizeof(float));
+  for (size_t j = 0; j < n; ++j) {
+    const size_t slot = (lo + j) % a.cap;
+    to_f32_avx2(a.v + (slot * a.KH + kh) * dv, vrow, dv);
+    for (size_t g = 0; g < group; ++g) axpy_avx2(scores[g * n + j] * inv[g], vrow, out + g * dv, dv);
+  }
 }
 #endif
 
@@ -87,6 +156,10 @@ void attention(const AttentionArgs& a, Impl impl) {
     const size_t n = p + 1 - lo;
     thread_local std::vector<float> scores, krow, vrow;
     scores.resize(group * n);
+#ifdef GD_X86
+    if (which == Impl::Avx2 && a.d <= 256 && a.dv <= 256 && group <= 64)
+      return attend_task_avx2(a, t, kh, lo, n, scores.data());
+#endif
     krow.resize(a.d);
     vrow.resize(a.dv);
     const size_t h0 = kh * group;
