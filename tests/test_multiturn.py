@@ -110,3 +110,13 @@ def test_chat_stream_deltas_add_up_to_the_reply(model):
     parsed = "".join(m.text for m in r.messages)
     assert "".join(d.text for d in deltas) == parsed
     assert stream.result.prompt_token_ids[-2:] == model.tokenizer.encode("<|start|>assistant", allow_special=True)
+
+
+def test_short_malformed_answer_still_reaches_the_reader(model):
+    """Random weights never write a harmony header: a short answer that never
+    reached <|message|> comes out at the end, as one delta."""
+    stream = model.chat_stream([{"role": "user", "content": "Hi"}], max_tokens=5, date=DATE)
+    deltas = list(stream)
+    assert stream.result.generated_tokens == 5
+    text = "".join(m.text for m in stream.reply.messages)
+    assert text and "".join(d.text for d in deltas) == text == stream.reply.content

@@ -262,7 +262,10 @@ class ChatStream:
                 d = self.parser.feed(token)
                 if d is not None:
                     yield d
-        self.reply = reply_from_messages(self.parser.close())
+        messages = self.parser.close()
+        if self.parser.unstreamed is not None:   # malformed output that could only be read at the end
+            yield self.parser.unstreamed
+        self.reply = reply_from_messages(messages)
         self.result = self.generation.result
 
     def cancel(self, reason: str = "cancelled") -> None:

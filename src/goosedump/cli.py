@@ -423,12 +423,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     c = model.config
     print(f"model: {c.n_layer} layers, {c.n_expert} experts (top {c.n_expert_used}), hidden {c.n_embd}, "
           f"vocabulary {c.n_vocab}", file=sys.stderr)
-    prompt = "<|start|>user<|message|>Say hello.<|end|><|start|>assistant"
-    ids = model.tokenizer.encode(prompt, allow_special=True)
-    print(f"prompt: {prompt!r} -> {len(ids)} tokens {ids}", file=sys.stderr)
-    print("output (random weights, so expect noise): ", end="", file=sys.stderr, flush=True)
-    r = model.generate(ids, max_tokens=args.max_tokens,
-                       on_text=lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+    messages = [{"role": "user", "content": "Say hello."}]
+    ids = model.render_chat(messages)
+    print(f"chat prompt in the harmony format, {len(ids)} tokens:\n{model.tokenizer.decode(ids)}", file=sys.stderr)
+    print("answer (random weights, so expect noise): ", end="", file=sys.stderr, flush=True)
+    from .repl import ReplyPrinter
+    printer = ReplyPrinter()
+    stream = model.chat_stream(messages, args.max_tokens)
+    for d in stream:
+        printer(d)
+    printer.finish()
+    r = stream.result
     print(file=sys.stderr)
     print(f"[prefill {r.prefill_tokens_per_s:.0f} tok/s, decode {r.decode_tokens_per_s:.0f} tok/s, "
           f"{r.generated_tokens} tokens, stop: {r.stop_reason}]", file=sys.stderr)

@@ -353,6 +353,9 @@ class HarmonyParser:
         self._text: list[str] = []
         self._decoder = tok.stream_decoder()
         self.tokens: list[int] = []
+        # Text of a message that never reached <|message|>: it could not
+        # stream, so close() leaves it here for the caller to show.
+        self.unstreamed: Delta | None = None
 
     @property
     def channel(self) -> str | None:
@@ -428,6 +431,8 @@ class HarmonyParser:
         h, rest = _parse_header_text(self.tokenizer.decode(self._header), self.role or "assistant",
                                      recipient_and_type=False)
         self.messages.append(ParsedMessage(h.role, rest, h.channel, h.recipient, h.content_type, h.name))
+        if rest:
+            self.unstreamed = Delta(rest, h.channel, h.recipient)
         self._header, self.role = None, None
 
     def _parse_header(self, ids: list[int], role: str | None) -> _Header:
