@@ -82,6 +82,65 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 exp_neg_avx2(__m256 x) {
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), zero_mask);
 }
 
+// The common shape, 8 query heads per kv head (gpt-oss: 64 over 8): the
+// scores of one position are one vector across the 8 heads, so the softmax
+// runs 8 heads at a time with no horizontal sums, and the values accumulate
+// 16 dimensions x 8 heads in registers per pass. scores: [n][8].
+__attribute__((target("avx2,fma,f16c"))) void attend_group8_avx2(const AttentionArgs& a, size_t t, size_t kh,
+                                                                 size_t lo, size_t n, float* scores) {
+  const size_t d = a.d, dv = a.dv, h0 = kh * 8;
+  const float* q = a.q + (t * a.H + h0) * d;   // the 8 heads' queries, contiguous
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  for (size_t j = 0; j < n; ++j) {
+    const uint16_t* k = a.k + (((lo + j) % a.cap) * a.KH + kh) * d;
+    __m256 p[8];
+    for (int g = 0; g < 8; ++g) p[g] = _mm256_setzero_ps();
+    for (size_t c = 0; c < d; c += 8) {
+      const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + c)));
+      for (int g = 0; g < 8; ++g) p[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kv, p[g]);
+    }
+    // eight dot products into one vector, lane g for head g
+    const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
+    const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(p[4], p[5]), _mm256_hadd_ps(p[6], p[7]));
+    const __m256 sc = _mm256_mul_ps(scale, _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                                                          _mm256_permute2f128_ps(h0123, h4567, 0x31)));
+    _mm256_storeu_ps(scores + j * 8, sc);
+    mx = _mm256_max_ps(mx, sc);
+  }
+  // softmax over [scores..., sink] per head; the sink has no value
+  const __m256 sink = a.sinks ? _mm256_loadu_ps(a.sinks + h0) : _mm256_set1_ps(-INFINITY);
+  const __m256 m = _mm256_max_ps(mx, sink);
+  __m256 denom = a.sinks ? exp_neg_avx2(_mm256_sub_ps(sink, m)) : _mm256_setzero_ps();
+  for (size_t j = 0; j < n; ++j) {
+    const __m256 e = exp_neg_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j * 8), m));
+    _mm256_storeu_ps(scores + j * 8, e);
+    denom = _mm256_add_ps(denom, e);
+  }
+  alignas(32) float inv[8];
+  _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.f), denom));
+  float* out = a.out + (t * a.H + h0) * dv;
+  for (size_t c = 0; c < dv; c += 16) {
+    __m256 acc[8][2];
+    for (int g = 0; g < 8; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    for (size_t j = 0; j < n; ++j) {
+      const uint16_t* v = a.v + (((lo + j) % a.cap) * a.KH + kh) * dv + c;
+      const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v)));
+      const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 8)));
+      for (int g = 0; g < 8; ++g) {
+        const __m256 w = _mm256_broadcast_ss(scores + j * 8 + g);
+        acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
+        acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
+      }
+    }
+    for (int g = 0; g < 8; ++g) {
+      const __m256 iv = _mm256_set1_ps(inv[g]);
+      _mm256_storeu_ps(out + g * dv + c, _mm256_mul_ps(acc[g][0], iv));
+      _mm256_storeu_ps(out + g * dv + c + 8, _mm256_mul_ps(acc[g][1], iv));
+    }
+  }
+}
+
 // One (query, kv head) task with everything inlined: a key row is converted
 // once and dotted with the group's queries; the exponentials go 8 at a time.
 __attribute__((target("avx2,fma,f16c"))) void attend_task_avx2(const AttentionArgs& a, size_t t, size_t kh,
@@ -157,6 +216,8 @@ void attention(const AttentionArgs& a, Impl impl) {
     thread_local std::vector<float> scores, krow, vrow;
     scores.resize(group * n);
 #ifdef GD_X86
+    if (which == Impl::Avx2 && group == 8 && a.d % 8 == 0 && a.dv % 16 == 0)
+      return attend_group8_avx2(a, t, kh, lo, n, scores.data());
     if (which == Impl::Avx2 && a.d <= 256 && a.dv <= 256 && group <= 64)
       return attend_task_avx2(a, t, kh, lo, n, scores.data());
 #endif
