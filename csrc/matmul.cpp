@@ -211,8 +211,8 @@ __attribute__((target("avx2,fma,f16c"))) inline float load_codes(const uint8_t* 
     // the 16 code bytes in both halves: low nibbles (codes 0..15) index the
     // table in the first half, high nibbles (codes 16..31) in the second
     const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
-    const __m256i idx = _mm256_blend_epi32(_mm256_and_si256(qs, mask),
-                                           _mm256_and_si256(_mm256_srli_epi16(qs, 4), mask), 0xF0);
+    // (one variable shift moves the second half's high nibbles down)
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), mask);
     const __m256i w = _mm256_shuffle_epi8(table, idx);
     first = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8);   // the even bytes, sign-extended
     second = _mm256_srai_epi16(w, 8);                        // the odd bytes
