@@ -1,4 +1,4 @@
-"""goosedump: run GPT-OSS models from their GGUF files on a CPU, in bounded memory.
+"""goosedump: run GPT-OSS models from their GGUF files on a CPU, in bounded memory."""
 from __future__ import annotations
 
 import argparse
