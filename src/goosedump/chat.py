@@ -215,7 +215,7 @@ class Reply:
     content: str = ""
     reasoning_content: str = ""
     tool_calls: list[dict] = field(default_factory=list)
-    messages: list[harmony.ParsedMessage] = field(default_factory=list)
+    messages: list[harmony.Message] = field(default_factory=list)
 
     def to_message(self) -> dict:
         """The reply as an assistant message for the next turn's history."""
@@ -227,7 +227,7 @@ class Reply:
         return m
 
 
-def reply_from_messages(messages: Sequence[harmony.ParsedMessage]) -> Reply:
+def reply_from_messages(messages: Sequence[harmony.Message]) -> Reply:
     """Analysis becomes reasoning_content; final (and commentary addressed to
     no one, a preamble) becomes content; a message to functions.NAME becomes
     a tool call."""

@@ -340,7 +340,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from .repl import ChatSession, run_chat
-    from .sampling import SamplingParams  # noqa: F401  (checked before loading)
     sampling = _sampling(args)
     model = _load(args)
     session = ChatSession(model, system=args.system, reasoning_effort=args.reasoning_effort, date=args.date,

@@ -27,8 +27,7 @@ from typing import Iterator
 import numpy as np
 
 from .forward import KVCache
-from .generate import (STOP_EOS, STOP_MAX_TOKENS, STOP_REPETITION, STOP_TIME_BUDGET, GenerationResult,
-                       check_context, repetition_loop)
+from .generate import STOP_EOS, GenerationResult, check_context, stop_after
 from .sampling import GREEDY, SamplingParams, make_rng, sample
 
 _DONE = object()
@@ -169,12 +168,8 @@ class Engine:
 
     def _cache_for(self, prompt: list[int]) -> KVCache:
         """The idle cache sharing the longest prefix with prompt, else a new one."""
-        def shared(c: KVCache) -> int:
-            n = min(len(c.tokens), len(prompt))
-            diff = np.flatnonzero(np.asarray(c.tokens[:n]) != np.asarray(prompt[:n]))
-            return int(diff[0]) if len(diff) else n
         if self._idle:
-            best = max(range(len(self._idle)), key=lambda j: shared(self._idle[j]))
+            best = max(range(len(self._idle)), key=lambda j: self._idle[j].shared_prefix(prompt))
             return self._idle.pop(best)
         return self.model.new_cache()
 
@@ -234,14 +229,7 @@ class Engine:
         else:
             a.generated.append(token)
             req.events.put((token, a.decoder.add(token)))
-            if req.cancelled is not None:
-                stop = req.cancelled
-            elif len(a.generated) >= req.max_tokens:
-                stop = STOP_MAX_TOKENS
-            elif repetition_loop(a.generated):
-                stop = STOP_REPETITION
-            elif a.deadline is not None and time.perf_counter() >= a.deadline:
-                stop = STOP_TIME_BUDGET
+            stop = stop_after(a.generated, req.max_tokens, a.deadline, req.cancelled)
         if stop is None:
             a.next = token
             return True

@@ -199,13 +199,17 @@ class KVCache:
         del self.tokens[p:]
         return p
 
+    def shared_prefix(self, prompt, limit: int | None = None) -> int:
+        """How many leading tokens of prompt (at most limit) the cache holds."""
+        n = min(len(self.tokens), len(prompt) if limit is None else limit)
+        cached = np.asarray(self.tokens[:n], dtype=np.int64)
+        differ = np.flatnonzero(cached != np.asarray(prompt[:n], dtype=np.int64))
+        return int(differ[0]) if len(differ) else n
+
     def reuse(self, prompt) -> int:
         """Keep the longest cached prefix of prompt that the cache can rewind
         to, always leaving at least one prompt token to run; returns its length."""
-        n = min(len(self.tokens), len(prompt) - 1)
-        cached = np.asarray(self.tokens[:n], dtype=np.int64)
-        differ = np.flatnonzero(cached != np.asarray(prompt[:n], dtype=np.int64))
-        common = int(differ[0]) if len(differ) else n
+        common = self.shared_prefix(prompt, len(prompt) - 1)
         if self._rings_hold(common, self.n) or self._restorable(common):
             return self.truncate(common)
         if self._saved is not None and self._saved[0] < common and self._restorable(self._saved[0]):
@@ -399,7 +403,6 @@ class Transformer:
         ("argmax"); each row equals what forward() gives that sequence alone."""
         c = self.config
         tokens = np.asarray(tokens, dtype=np.int64)
-        B = len(tokens)
         for cache in caches:
             if cache.n + 1 > cache.n_ctx:
                 raise ContextOverflowError(f"{cache.n} cached + 1 new token exceed the context of {cache.n_ctx}")

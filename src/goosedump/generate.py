@@ -91,6 +91,23 @@ def repetition_loop(tokens: list[int]) -> bool:
     return False
 
 
+def stop_after(generated: list[int], max_tokens: int, deadline: float | None, cancelled: str | None,
+               loops: bool = True) -> str | None:
+    """Why generation stops after the token just added to generated, if it
+    does (an end-of-generation token is checked before it is added): the
+    consumer's cancel, max_tokens, a repetition loop (unless loops is False),
+    the time budget's deadline (a time.perf_counter() value)."""
+    if cancelled is not None:
+        return cancelled
+    if len(generated) >= max_tokens:
+        return STOP_MAX_TOKENS
+    if loops and repetition_loop(generated):
+        return STOP_REPETITION
+    if deadline is not None and time.perf_counter() >= deadline:
+        return STOP_TIME_BUDGET
+    return None
+
+
 class Generation:
     """A running generation. Iterating gives text pieces (whole code points);
     `events()` gives (token id, text piece) per generated token instead. The
@@ -146,7 +163,7 @@ class Generation:
             return sample(logits, sampling, rng, prompt_arr, np.asarray(generated, dtype=np.int64))
 
         decoder = tok.stream_decoder()
-        stop, eos_id, steps = STOP_MAX_TOKENS, None, 0
+        eos_id, steps = None, 0
         rec.phase("prefill")
         token = next_token(prompt_arr[reused:])
         cache.save_window()           # lets the next turn rewind to this prompt's end
@@ -159,17 +176,8 @@ class Generation:
                 break
             generated.append(token)
             yield token, decoder.add(token)
-            if self._cancel is not None:
-                stop = self._cancel
-                break
-            if len(generated) >= max_tokens:
-                stop = STOP_MAX_TOKENS
-                break
-            if not ignore_eos and repetition_loop(generated):
-                stop = STOP_REPETITION
-                break
-            if deadline is not None and time.perf_counter() >= deadline:
-                stop = STOP_TIME_BUDGET
+            stop = stop_after(generated, max_tokens, deadline, self._cancel, loops=not ignore_eos)
+            if stop is not None:
                 break
             t_step = time.perf_counter()
             token = next_token(np.asarray([token]))

@@ -302,30 +302,11 @@ def drop_finished_reasoning(messages: list[Message]) -> list[Message]:
 # --- parsing ------------------------------------------------------------------
 
 @dataclass
-class ParsedMessage:
-    role: str
-    text: str
-    channel: str | None = None
-    recipient: str | None = None
-    content_type: str | None = None
-    name: str | None = None          # a tool author's name (role "tool")
-
-
-@dataclass
 class Delta:
     """New text of the message being written, with where it goes."""
     text: str
     channel: str | None
     recipient: str | None
-
-
-@dataclass
-class _Header:
-    role: str
-    channel: str | None = None
-    recipient: str | None = None
-    content_type: str | None = None
-    name: str | None = None
 
 
 @dataclass
@@ -342,14 +323,14 @@ class HarmonyParser:
     as a tool's name (as openai-harmony does)."""
     tokenizer: Tokenizer
     role: str | None = "assistant"
-    messages: list[ParsedMessage] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
 
     def __post_init__(self):
         tok = self.tokenizer
         self._start, self._message = tok.special_token(START), tok.special_token(MESSAGE)
         self._stops = {tok.special_token(t) for t in (END, RETURN, CALL)}
         self._header: list[int] | None = [] if self.role is not None else None
-        self._current: _Header | None = None
+        self._current: Message | None = None   # the message being written: its header read, its text to come
         self._text: list[str] = []
         self._decoder = tok.stream_decoder()
         self.tokens: list[int] = []
@@ -403,7 +384,7 @@ class HarmonyParser:
             return None
         self._header.append(token)
         if len(self._header) > HEADER_LIMIT:
-            self._current = _Header(self.role or "assistant")
+            self._current = Message(self.role or "assistant", "")
             text = "".join(self._decoder.add(t) for t in self._header)
             self._header, self.role = None, None
             if text:
@@ -411,7 +392,7 @@ class HarmonyParser:
                 return Delta(text, None, None)
         return None
 
-    def close(self) -> list[ParsedMessage]:
+    def close(self) -> list[Message]:
         """End of generation: a message left open is closed as it stands."""
         if self._current is not None:
             self._finish()
@@ -421,28 +402,28 @@ class HarmonyParser:
 
     def _finish(self) -> None:
         self._text.append(self._decoder.flush())
-        h = self._current
-        self.messages.append(ParsedMessage(h.role, "".join(self._text), h.channel, h.recipient,
-                                           h.content_type, h.name))
+        self._current.text = "".join(self._text)
+        self.messages.append(self._current)
         self._current, self._text, self._header = None, [], None
         self._decoder = self.tokenizer.stream_decoder()
 
     def _finish_header_only(self) -> None:
         h, rest = _parse_header_text(self.tokenizer.decode(self._header), self.role or "assistant",
                                      recipient_and_type=False)
-        self.messages.append(ParsedMessage(h.role, rest, h.channel, h.recipient, h.content_type, h.name))
+        h.text = rest
+        self.messages.append(h)
         if rest:
             self.unstreamed = Delta(rest, h.channel, h.recipient)
         self._header, self.role = None, None
 
-    def _parse_header(self, ids: list[int], role: str | None) -> _Header:
+    def _parse_header(self, ids: list[int], role: str | None) -> Message:
         h, rest = _parse_header_text(self.tokenizer.decode(ids), role, recipient_and_type=True)
         if rest:   # stray words in the header: keep them in the content type rather than fail
             h.content_type = " ".join(x for x in (rest, h.content_type) if x)
         return h
 
 
-def _parse_header_text(text: str, role: str | None, recipient_and_type: bool) -> tuple[_Header, str]:
+def _parse_header_text(text: str, role: str | None, recipient_and_type: bool) -> tuple[Message, str]:
     """openai-harmony's header grammar: the channel follows <|channel|>; the
     rest splits on whitespace into role, recipient ("to=...") and content
     type."""
@@ -480,4 +461,4 @@ def _parse_header_text(text: str, role: str | None, recipient_and_type: bool) ->
             content_type = last
             r = parts.pop()
             recipient = r[3:] if r.startswith("to=") else r
-    return _Header(role, channel, recipient, content_type, name), " ".join(parts)
+    return Message(role, "", channel, recipient, content_type, name), " ".join(parts)

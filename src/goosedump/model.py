@@ -6,7 +6,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from .generate import Generation, GenerationResult, check_context
 from .gguf import GGUFFile
 from .sampling import GREEDY, SamplingParams
 from .tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from .chat import ChatStream
 
 DEFAULT_CTX = 4096
 

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import contextlib
 import hmac
-import inspect
 import json
 import os
 import queue
@@ -42,8 +41,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
-from .cli import ENV_API_KEY
-from .cli import add_serve_arguments as add_arguments
 from .chat import ChatError, has_harmony_tokens
 from .engine import Engine
 from .forward import ContextOverflowError
@@ -871,10 +868,7 @@ class Server:
         self.name = model_name
         self.tok = model.tokenizer
         self.harmony = has_harmony_tokens(self.tok)
-        if max_batch is not None and "max_batch" in inspect.signature(Engine).parameters:
-            self.engine = Engine(model, max_batch=max_batch)
-        else:
-            self.engine = Engine(model)
+        self.engine = Engine(model) if max_batch is None else Engine(model, max_batch=max_batch)
         self.metrics = Metrics()
         self.live: dict = {}            # id -> request submitted, not finished: cancelled at shutdown
 
@@ -1260,14 +1254,6 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 
 # --- command line -------------------------------------------------------------------
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    """Registers `goosedump serve` on the CLI's subparsers."""
-    p = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API")
-    add_arguments(p)
-    p.set_defaults(func=cmd_serve)
-    return p
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from .hub import resolve_model
     from .model import load
@@ -1302,16 +1288,9 @@ class _Uvicorn(uvicorn.Server):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="goosedump serve", description="An OpenAI-compatible server over one model.")
-    add_arguments(p)
-    args = p.parse_args(argv)
-    try:
-        return cmd_serve(args)
-    except (ValueError, OSError) as e:
-        print(f"goosedump serve: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    """`python -m goosedump.server ...`: the same as `goosedump serve ...`."""
+    from .cli import main as cli_main
+    return cli_main(["serve", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
