@@ -21,16 +21,21 @@ size_t row_bytes(Format f, size_t K) { return K / kBlock * (f == Format::Q8_0 ? 
 
 namespace {
 
-// e8m0_to_fp32_half for every byte: a load in the kernels' block loop
-// instead of a compare, a shift and a move.
-struct E8M0Table {
-  float v[256];
-  E8M0Table() {
-    for (int e = 0; e < 256; ++e) v[e] = e8m0_to_fp32_half(uint8_t(e));
+// The scale of an MXFP4 block's sum in the I16 kernels, by table: the
+// weight scale e8m0_to_fp32_half(e) = 2^(e - 128) times the activation block
+// scale 2^-k, over the 256 the codes carry (see load_codes), is
+// 2^(e - 136 - k) = kMxfp4Scale[e + ActView::e[b]] with ActView::e[b] =
+// 128 - k. A broadcast load: no multiply and no register broadcast per block.
+struct Mxfp4ScaleTable {
+  float v[512];
+  Mxfp4ScaleTable() {
+    for (int i = 0; i < 512; ++i) v[i] = float(std::ldexp(1.0, i - 264));
   }
 };
-const E8M0Table kE8M0HalfTable;
-const float* const kE8M0Half = kE8M0HalfTable.v;
+const Mxfp4ScaleTable kMxfp4ScaleTable;
+const float* const kMxfp4Scale = kMxfp4ScaleTable.v;
+constexpr int kScaleBias = 128;   // ActView::e[b] = kScaleBias - k
+constexpr int kMaxShift = 126;    // activation block scales 2^-k, |k| <= kMaxShift
 
 constexpr size_t kRowsPerTask = 16;
 constexpr size_t kTokenTile = 8;
@@ -82,13 +87,13 @@ void rows_generic_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K
       float acc = 0.f;
       for (size_t b = 0; b < nb; ++b) {
         const float dw = block_codes(f, W + n * rb + b * bb, w);
-        const int16_t* q = Q + t * K + b * kBlock;
+        const int16_t* q = Q + (b * T + t) * kBlock;
         int32_t s = 0;
         if (f == Format::MXFP4)
           for (int j = 0; j < 32; ++j) s += int32_t(w[j]) * q[act_slot(j)];
         else
           for (int j = 0; j < 32; ++j) s += int32_t(w[j]) * q[j];
-        acc += float(s) * (dw * D[t * nb + b]);
+        acc += float(s) * (dw * D[b * T + t]);
       }
       Y[t * ldy + n] = acc + (bias ? bias[n] : 0.f);
     }
@@ -193,18 +198,19 @@ __attribute__((target("avx2,fma,f16c"))) inline void row_tile(Format f, const ui
 // The 32 weight codes of a block as two vectors of 16 int16 that multiply
 // the first and the second 16 activations of the block's I16 form. Q8_0:
 // codes 0..15 and 16..31, widened from bytes. MXFP4: codes 0, 2, .., 30 and
-// 1, 3, .., 31 (the activations are in that order, see act_slot): its 4-bit
-// codes go through the value table as 32 int8 in one 256-bit shuffle and
-// are widened by shifts, with no cross-lane widening.
+// 1, 3, .., 31 (the activations are in that order, see act_slot), each
+// times 256: its 4-bit codes go through the value table as 32 int8 in one
+// 256-bit shuffle; a 16-bit lane's low byte shifted up is the even code
+// times 256, its high byte masked is the odd code times 256 (one shift and
+// one and: a sign-extending widening takes three shifts). The factor 256 is
+// exact all the way (a lane sums 4 products below 2^29; a float of 256 s is
+// 256 times the float of s) and kMxfp4Scale divides it out.
 template <Format F>
-__attribute__((target("avx2,fma,f16c"))) inline float load_codes(const uint8_t* blk, __m256i& first,
-                                                                  __m256i& second) {
+__attribute__((target("avx2,fma,f16c"))) inline void load_codes(const uint8_t* blk, __m256i& first,
+                                                                 __m256i& second) {
   if constexpr (F == Format::Q8_0) {
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
     first = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     second = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
-    return _cvtsh_ss(h);
   } else {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
     const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -214,9 +220,8 @@ __attribute__((target("avx2,fma,f16c"))) inline float load_codes(const uint8_t* 
     // (one variable shift moves the second half's high nibbles down)
     const __m256i idx = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), mask);
     const __m256i w = _mm256_shuffle_epi8(table, idx);
-    first = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8);   // the even bytes, sign-extended
-    second = _mm256_srai_epi16(w, 8);                        // the odd bytes
-    return kE8M0Half[blk[0]];
+    first = _mm256_slli_epi16(w, 8);                                        // even codes x 256
+    second = _mm256_and_si256(w, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
   }
 }
 
@@ -224,38 +229,64 @@ __attribute__((target("avx2,fma,f16c"))) inline float load_codes(const uint8_t* 
 // a token's sum is formed in the same order alone or in a batch, so
 // prefill, decode and a cached prefix give the same bits. The format is a
 // template parameter so that the block loop carries no branch.
+// One block against TT tokens, into their accumulators.
+template <Format F, int TT>
+__attribute__((target("avx2,fma,f16c"))) inline void block_i16(const uint8_t* blk, const int16_t* Q, const float* D,
+                                                                 const int32_t* E, __m256* acc) {
+  __m256i first, second;
+  load_codes<F>(blk, first, second);
+  float dw = 0.f;
+  if constexpr (F == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    dw = _cvtsh_ss(h);
+  }
+  for (int t = 0; t < TT; ++t) {
+    const int16_t* q = Q + t * kBlock;
+    const __m256i s = _mm256_add_epi32(
+        _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+        _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
+    __m256 scale;
+    if constexpr (F == Format::Q8_0) scale = _mm256_set1_ps(dw * D[t]);
+    else scale = _mm256_broadcast_ss(kMxfp4Scale + blk[0] + E[t]);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t]);
+  }
+}
+
+// One row against TT tokens. One accumulator per token whatever the tile:
+// a token's sum is formed in the same order alone or in a batch, so
+// prefill, decode and a cached prefix give the same bits. The format is a
+// template parameter so that the block loop carries no branch; small tiles
+// unroll two blocks (large ones would run out of registers).
 template <Format F, int TT>
 __attribute__((target("avx2,fma,f16c"))) inline void row_tile_i16(const uint8_t* row, size_t n_blocks,
-                                                                    size_t block_bytes, const int16_t* Q, size_t K,
-                                                                    const float* D, float* out) {
+                                                                    size_t block_bytes, const int16_t* Q, size_t T,
+                                                                    const float* D, const int32_t* E, float* out) {
   __m256 acc[TT];
   for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
+  // the activations are block-major: one pointer walks the tile's tokens
+  if constexpr (TT <= 2) {
 #pragma GCC unroll 2
-  for (size_t b = 0; b < n_blocks; ++b) {
-    __m256i first, second;
-    const float dw = load_codes<F>(row + b * block_bytes, first, second);
-    for (int t = 0; t < TT; ++t) {
-      const int16_t* q = Q + t * K + b * kBlock;
-      const __m256i s = _mm256_add_epi32(
-          _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
-          _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
-      const __m256 scale = _mm256_set1_ps(dw * D[t * n_blocks + b]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t]);
-    }
+    for (size_t b = 0; b < n_blocks; ++b)
+      block_i16<F, TT>(row + b * block_bytes, Q + b * T * kBlock, D ? D + b * T : D, E ? E + b * T : E, acc);
+  } else {
+#pragma GCC unroll 1
+    for (size_t b = 0; b < n_blocks; ++b)
+      block_i16<F, TT>(row + b * block_bytes, Q + b * T * kBlock, D ? D + b * T : D, E ? E + b * T : E, acc);
   }
   for (int t = 0; t < TT; ++t) out[t] = hsum(acc[t]);
 }
 
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const int16_t* Q, const float* D,
-                   size_t T, float* Y, size_t ldy, const float* bias) {
+                   const int32_t* E, size_t T, float* Y, size_t ldy, const float* bias) {
   const size_t nb = K / kBlock, bb = row_bytes(f, K) / nb;
   if (f == Format::Q8_0)
     rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
-      row_tile_i16<Format::Q8_0, TT>(row, nb, bb, Q + t0 * K, K, D + t0 * nb, out);
+      row_tile_i16<Format::Q8_0, TT>(row, nb, bb, Q + t0 * kBlock, T, D + t0, nullptr, out);
     });
   else
     rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
-      row_tile_i16<Format::MXFP4, TT>(row, nb, bb, Q + t0 * K, K, D + t0 * nb, out);
+      row_tile_i16<Format::MXFP4, TT>(row, nb, bb, Q + t0 * kBlock, T, nullptr, E + t0, out);
     });
 }
 
@@ -270,11 +301,13 @@ void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const
 
 }  // namespace
 
-ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K) : acts(a), X(x), ldx(ld) {
+ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl)
+    : acts(a), X(x), ldx(ld) {
   if (acts == Acts::I16) {
     q.resize(T * K);
     d.resize(T * K / kBlock);
-    quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), f == Format::MXFP4);
+    e.resize(T * K / kBlock);
+    quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), e.data(), f == Format::MXFP4, impl);
   }
 }
 
@@ -282,7 +315,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
                  float* Y, size_t ldy, const float* bias, Impl impl) {
   if (a.acts == Acts::I16) {
 #ifdef GD_X86
-    if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, a.q.data(), a.d.data(), T, Y, ldy, bias);
+    if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, a.q.data(), a.d.data(), a.e.data(), T, Y, ldy, bias);
 #endif
     return rows_generic_i16(f, W, n0, n1, K, a.q.data(), a.d.data(), T, Y, ldy, bias);
   }
@@ -292,18 +325,90 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
   rows_generic(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
 }
 
-void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, bool even_odd) {
+namespace {
+
+// A block's shift k: the largest with amax * 2^k <= 32767 (amax = m 2^p, m in
+// [0.5, 1): k = 15 - p, one less when m * 2^15 rounds above 32767), within
+// the range whose 2^k and 2^-k are normal floats.
+inline int block_shift(float amax) {
+  if (!(amax > 0.f)) return 0;   // all zero (or NaN: the products carry it on)
+  int p = 0;
+  const float m = std::frexp(amax, &p);
+  return std::clamp(15 - p - (m * 32768.f > 32767.f ? 1 : 0), -kMaxShift, kMaxShift);
+}
+
+inline float pow2(int k) {
+  const uint32_t bits = uint32_t(k + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void quantize_block_generic(const float* x, int16_t* out, int k, bool even_odd) {
+  const float s = pow2(k);   // exact scaling, then one rounding (to nearest even)
+  for (int j = 0; j < kBlock; ++j) out[even_odd ? act_slot(j) : j] = int16_t(std::lrint(x[j] * s));
+}
+
+#ifdef GD_X86
+__attribute__((target("avx2,fma,f16c"))) inline float block_amax_avx2(const float* x) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_and_ps(_mm256_loadu_ps(x), abs_mask);
+  for (int i = 8; i < kBlock; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// The same numbers as quantize_block_generic: cvtps rounds to nearest even.
+__attribute__((target("avx2,fma,f16c"))) inline void quantize_block_avx2(const float* x, int16_t* out, int k,
+                                                                          bool even_odd) {
+  const __m256 s = _mm256_set1_ps(pow2(k));
+  __m256i v[4];
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), s));
+  // packs interleaves 128-bit halves; the permute puts values 0..15 in order
+  __m256i a = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
+  __m256i b = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[2], v[3]), 0xD8);
+  if (even_odd) {
+    // per 128-bit half: its 4 even values, then its 4 odd ones; then gather
+    // the even quarters first: evens 0..30, odds 1..31 (act_slot's order)
+    const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                           0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(a, split), 0xD8);
+    b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, split), 0xD8);
+    const __m256i evens = _mm256_permute2x128_si256(a, b, 0x20), odds = _mm256_permute2x128_si256(a, b, 0x31);
+    a = evens;
+    b = odds;
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), a);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16), b);
+}
+#endif
+
+}  // namespace
+
+void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, int32_t* e,
+                       bool even_odd, Impl impl) {
   const size_t nb = K / kBlock;
+  const bool avx2 = resolve_impl(impl) == Impl::Avx2;
   for (size_t t = 0; t < T; ++t) {
     for (size_t b = 0; b < nb; ++b) {
       const float* x = X + t * ldx + b * kBlock;
+      int16_t* out = q + (b * T + t) * kBlock;
       float amax = 0.f;
-      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
-      const float scale = amax / 32767.f;
-      const float inv = amax > 0.f ? 32767.f / amax : 0.f;
-      d[t * nb + b] = scale;
-      int16_t* out = q + t * K + b * kBlock;
-      for (int j = 0; j < kBlock; ++j) out[even_odd ? act_slot(j) : j] = int16_t(std::lrintf(x[j] * inv));
+#ifdef GD_X86
+      if (avx2) amax = block_amax_avx2(x);
+      else
+#endif
+        for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+      const int k = block_shift(amax);
+      d[b * T + t] = pow2(-k);
+      e[b * T + t] = kScaleBias - k;
+#ifdef GD_X86
+      if (avx2) quantize_block_avx2(x, out, k, even_odd);
+      else
+#endif
+        quantize_block_generic(x, out, k, even_odd);
     }
   }
 }
@@ -311,7 +416,7 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
 void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size_t ldx, size_t T, float* Y,
             size_t ldy, const float* bias, Impl impl, Acts acts) {
   const Impl which = resolve_impl(impl);
-  const ActView a(acts, f, X, ldx, T, K);
+  const ActView a(acts, f, X, ldx, T, K, which);
   const size_t n_tasks = (N + kRowsPerTask - 1) / kRowsPerTask;
   parallel_for(n_tasks, [&](size_t task) {
     const size_t n0 = task * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
@@ -321,7 +426,7 @@ void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size
 
 ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl, Acts acts) {
   const Impl which = resolve_impl(impl);
-  const ActView a(acts, f, x, K, 1, K);
+  const ActView a(acts, f, x, K, 1, K, which);
   constexpr size_t kRows = 256;
   const size_t n_tasks = (N + kRows - 1) / kRows;
   std::vector<ArgMax> best(n_tasks, {0, -std::numeric_limits<float>::infinity()});

@@ -16,9 +16,9 @@ enum class Format { Q8_0, MXFP4 };
 
 // Precision of the activations inside a product:
 //   F32: fp32 times the dequantized weights, fp32 accumulation;
-//   I16: each 32-block of activations scaled to int16 (relative error at most
-//        2^-16 of the block's largest value, 256x finer than llama.cpp's
-//        8-bit blocks and 32x finer than the fp16 KV cache), exact int32 block
+//   I16: each 32-block of activations scaled to int16 by a power of two
+//        (error at most 2^-15 of the block's largest value, 128x finer than
+//        llama.cpp's 8-bit blocks and 16x finer than the fp16 KV cache), exact int32 block
 //        sums of int16 x weight codes, then fp32 accumulation of the scaled
 //        block sums. Half the instructions per weight of F32.
 enum class Acts { F32, I16 };
@@ -43,7 +43,8 @@ struct ActView {
   size_t ldx;
   std::vector<int16_t> q;
   std::vector<float> d;
-  ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K);
+  std::vector<int32_t> e;
+  ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
 };
 
 // Rows [n0, n1) of a product, on the calling thread (for callers that split
@@ -51,13 +52,19 @@ struct ActView {
 void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
                  float* Y, size_t ldy, const float* bias, Impl impl);
 
-// The I16 form of activations: q[t*K + k], one scale per 32-block d[t*K/32 + b].
+// The I16 form of activations, block-major (a tile of tokens reads one
+// run per block): block b of token t at q[(b*T + t)*32 ..], its scale
+// d[b*T + t] = 2^-k, a power of two (so that the MXFP4 kernels find a
+// block's whole scale in a table: e[b*T + t] = 128 - k), with k the
+// largest that keeps the block's largest value within 32767 (each value
+// rounded to within 2^-15 of it).
 // With even_odd, activation j of a 32-block sits at act_slot(j): even ones
 // first (0, 2, .., 30), then odd ones, the order the AVX2 kernel widens
 // MXFP4 codes in (by shifts, cheaper there than a cross-lane widening).
 constexpr int act_slot(int j) { return (j & 1) ? 16 + (j >> 1) : (j >> 1); }
 
-void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, bool even_odd);
+void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, int32_t* e,
+                       bool even_odd, Impl impl);
 
 // Dequantize whole rows (embedding lookup): out[i] = W[rows[i]].
 void get_rows(Format f, const uint8_t* W, size_t K, const int64_t* rows, size_t n_rows, float* out, Impl impl);

@@ -50,7 +50,7 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
   parallel_for(G, [&](size_t g) {
     for (size_t i = 0; i < n_tok[g]; ++i)
       std::memcpy(&x[g][i * D], a.h + groups[g].tok[i] * D, D * sizeof(float));
-    xs[g] = std::make_unique<ActView>(acts, a.fmt, x[g].data(), D, n_tok[g], D);
+    xs[g] = std::make_unique<ActView>(acts, a.fmt, x[g].data(), D, n_tok[g], D, which);
   });
   // Phase 1: gate and up rows of every group: tasks (group, gate|up, row chunk).
   {
@@ -74,7 +74,7 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       const float uv = std::clamp(up[i], -a.limit, a.limit);
       act[g][i] = gv / (1.f + std::exp(-a.alpha * gv)) * (uv + 1.f);
     }
-    as[g] = std::make_unique<ActView>(acts, a.fmt, act[g].data(), F, n_tok[g], F);
+    as[g] = std::make_unique<ActView>(acts, a.fmt, act[g].data(), F, n_tok[g], F, which);
   });
   // Phase 2: down rows of every group.
   {
