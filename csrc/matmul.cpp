@@ -40,6 +40,16 @@ constexpr int kMaxShift = 126;    // activation block scales 2^-k, |k| <= kMaxSh
 constexpr size_t kRowsPerTask = 16;
 constexpr size_t kTokenTile = 8;
 
+// Where block b of token t sits in the I16 form (in blocks): tokens in
+// tiles of kTokenTile, a tile's blocks one after another, each holding the
+// tile's tokens. A tile's activations are contiguous and a block's step
+// is small (a token-major walk over a few tokens would land on few cache
+// sets; a fully block-major one too, at large T).
+inline size_t act_block(size_t t, size_t b, size_t T, size_t nb) {
+  const size_t t0 = t - t % kTokenTile, tt = std::min(kTokenTile, T - t0);
+  return t0 * nb + b * tt + (t - t0);
+}
+
 void dequant_row(Format f, const uint8_t* row, size_t K, float* out, Impl impl) {
   if (f == Format::Q8_0) dequantize_q8_0(row, out, K / kBlock, impl);
   else dequantize_mxfp4(row, out, K / kBlock, impl);
@@ -87,13 +97,13 @@ void rows_generic_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K
       float acc = 0.f;
       for (size_t b = 0; b < nb; ++b) {
         const float dw = block_codes(f, W + n * rb + b * bb, w);
-        const int16_t* q = Q + (b * T + t) * kBlock;
+        const int16_t* q = Q + act_block(t, b, T, nb) * kBlock;
         int32_t s = 0;
         if (f == Format::MXFP4)
           for (int j = 0; j < 32; ++j) s += int32_t(w[j]) * q[act_slot(j)];
         else
           for (int j = 0; j < 32; ++j) s += int32_t(w[j]) * q[j];
-        acc += float(s) * (dw * D[b * T + t]);
+        acc += float(s) * (dw * D[act_block(t, b, T, nb)]);
       }
       Y[t * ldy + n] = acc + (bias ? bias[n] : 0.f);
     }
@@ -260,19 +270,19 @@ __attribute__((target("avx2,fma,f16c"))) inline void block_i16(const uint8_t* bl
 // unroll two blocks (large ones would run out of registers).
 template <Format F, int TT>
 __attribute__((target("avx2,fma,f16c"))) inline void row_tile_i16(const uint8_t* row, size_t n_blocks,
-                                                                    size_t block_bytes, const int16_t* Q, size_t T,
+                                                                    size_t block_bytes, const int16_t* Q,
                                                                     const float* D, const int32_t* E, float* out) {
   __m256 acc[TT];
   for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
-  // the activations are block-major: one pointer walks the tile's tokens
+  // the tile's activations: block by block, each the TT tokens' (act_block)
   if constexpr (TT <= 2) {
 #pragma GCC unroll 2
     for (size_t b = 0; b < n_blocks; ++b)
-      block_i16<F, TT>(row + b * block_bytes, Q + b * T * kBlock, D ? D + b * T : D, E ? E + b * T : E, acc);
+      block_i16<F, TT>(row + b * block_bytes, Q + b * TT * kBlock, D ? D + b * TT : D, E ? E + b * TT : E, acc);
   } else {
 #pragma GCC unroll 1
     for (size_t b = 0; b < n_blocks; ++b)
-      block_i16<F, TT>(row + b * block_bytes, Q + b * T * kBlock, D ? D + b * T : D, E ? E + b * T : E, acc);
+      block_i16<F, TT>(row + b * block_bytes, Q + b * TT * kBlock, D ? D + b * TT : D, E ? E + b * TT : E, acc);
   }
   for (int t = 0; t < TT; ++t) out[t] = hsum(acc[t]);
 }
@@ -282,11 +292,11 @@ void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, c
   const size_t nb = K / kBlock, bb = row_bytes(f, K) / nb;
   if (f == Format::Q8_0)
     rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
-      row_tile_i16<Format::Q8_0, TT>(row, nb, bb, Q + t0 * kBlock, T, D + t0, nullptr, out);
+      row_tile_i16<Format::Q8_0, TT>(row, nb, bb, Q + t0 * K, D + t0 * nb, nullptr, out);
     });
   else
     rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
-      row_tile_i16<Format::MXFP4, TT>(row, nb, bb, Q + t0 * kBlock, T, nullptr, E + t0, out);
+      row_tile_i16<Format::MXFP4, TT>(row, nb, bb, Q + t0 * K, nullptr, E + t0 * nb, out);
     });
 }
 
@@ -394,7 +404,8 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
   for (size_t t = 0; t < T; ++t) {
     for (size_t b = 0; b < nb; ++b) {
       const float* x = X + t * ldx + b * kBlock;
-      int16_t* out = q + (b * T + t) * kBlock;
+      const size_t at = act_block(t, b, T, nb);
+      int16_t* out = q + at * kBlock;
       float amax = 0.f;
 #ifdef GD_X86
       if (avx2) amax = block_amax_avx2(x);
@@ -402,8 +413,8 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
 #endif
         for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
       const int k = block_shift(amax);
-      d[b * T + t] = pow2(-k);
-      e[b * T + t] = kScaleBias - k;
+      d[at] = pow2(-k);
+      e[at] = kScaleBias - k;
 #ifdef GD_X86
       if (avx2) quantize_block_avx2(x, out, k, even_odd);
       else

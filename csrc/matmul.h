@@ -52,10 +52,11 @@ struct ActView {
 void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
                  float* Y, size_t ldy, const float* bias, Impl impl);
 
-// The I16 form of activations, block-major (a tile of tokens reads one
-// run per block): block b of token t at q[(b*T + t)*32 ..], its scale
-// d[b*T + t] = 2^-k, a power of two (so that the MXFP4 kernels find a
-// block's whole scale in a table: e[b*T + t] = 128 - k), with k the
+// The I16 form of activations, in tiles of 8 tokens, each tile block by
+// block (a tile's tokens read one run per block): block b of token t at
+// q[i*32 ..] with i = act_block(t, b, ..) (matmul.cpp), its scale d[i] = 2^-k,
+// a power of two (so that the MXFP4 kernels find a block's whole scale in a
+// table: e[i] = 128 - k), with k the
 // largest that keeps the block's largest value within 32767 (each value
 // rounded to within 2^-15 of it).
 // With even_odd, activation j of a 32-block sits at act_slot(j): even ones
