@@ -17,6 +17,7 @@
 #include "matmul.h"
 #include "moe.h"
 #include "quants.h"
+#include "router.h"
 #include "threads.h"
 
 namespace nb = nanobind;
@@ -124,6 +125,7 @@ void attention(CFloats3 q, Half3 k, Half3 v, std::optional<CFloats> sinks, size_
 
 using Weights3 = nb::ndarray<const uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 using CInt64s2 = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using Int64s2 = nb::ndarray<int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
 void moe(const std::string& fmt, Weights3 gate, CMatrix gate_bias, Weights3 up, CMatrix up_bias, Weights3 down,
          CMatrix down_bias, CMatrix h, CInt64s2 experts, CMatrix weights, Matrix out, float alpha, float limit,
@@ -148,6 +150,35 @@ void moe(const std::string& fmt, Weights3 gate, CMatrix gate_bias, Weights3 up, 
   const gd::Acts ac = parse_acts(acts);
   nb::gil_scoped_release release;
   gd::moe(a, which, ac);
+}
+
+void rms_norm(CMatrix x, CFloats w, float eps, Matrix out, const std::string& impl) {
+  const size_t T = x.shape(0), D = x.shape(1);
+  if (w.shape(0) != D)
+    throw std::invalid_argument("rms_norm: weight has " + std::to_string(w.shape(0)) + " values, expected " +
+                                std::to_string(D));
+  if (out.shape(0) != T || out.shape(1) != D)
+    throw std::invalid_argument("rms_norm: output has shape " + shape_str(out.shape(0), out.shape(1)) +
+                                ", expected " + shape_str(T, D));
+  const gd::Impl which = parse_impl(impl);
+  nb::gil_scoped_release release;
+  gd::rms_norm(x.data(), w.data(), T, D, eps, out.data(), which);
+}
+
+void route(CMatrix W, std::optional<CFloats> bias, CMatrix h, Int64s2 top, Matrix weights, const std::string& impl) {
+  const size_t E = W.shape(0), D = W.shape(1), T = h.shape(0), k = top.shape(1);
+  if (h.shape(1) != D)
+    throw std::invalid_argument("route: activations have " + std::to_string(h.shape(1)) + " columns, the router " +
+                                std::to_string(D));
+  if (bias && bias->shape(0) != E)
+    throw std::invalid_argument("route: bias has " + std::to_string(bias->shape(0)) + " values, expected " +
+                                std::to_string(E));
+  if (top.shape(0) != T || k == 0 || k > E || weights.shape(0) != T || weights.shape(1) != k)
+    throw std::invalid_argument("route: top and weights must be (T, k) with 1 <= k <= " + std::to_string(E));
+  const gd::Impl which = parse_impl(impl);
+  const float* b = bias ? bias->data() : nullptr;
+  nb::gil_scoped_release release;
+  gd::route(W.data(), b, E, D, h.data(), T, k, top.data(), weights.data(), which);
 }
 
 // Sum of all bytes, read by every thread in parallel: a streaming read for
@@ -246,6 +277,11 @@ NB_MODULE(_kernels, m) {
   m.def("moe", &moe, "fmt"_a, "gate"_a, "gate_bias"_a, "up"_a, "up_bias"_a, "down"_a, "down_bias"_a, "h"_a,
         "experts"_a, "weights"_a, "out"_a, "alpha"_a, "limit"_a, "impl"_a = "auto", "acts"_a = "i16",
         "A layer's experts: out[t] = sum_j weights[t, j] * expert(experts[t, j])(h[t]), SwiGLU with clamp.");
+  m.def("rms_norm", &rms_norm, "x"_a, "weight"_a, "eps"_a, "out"_a, "impl"_a = "auto",
+        "out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, each row alone.");
+  m.def("route", &route, "weight"_a, "bias"_a.none(), "h"_a, "top"_a.noconvert(), "weights"_a.noconvert(), "impl"_a = "auto",
+        "A MoE router: per token the k largest of weight @ h[t] + bias (ties: lowest index), descending, into top "
+        "(T, k), and their softmax into weights (T, k).");
   m.def("stream_read", &stream_read, "buf"_a, "Read every byte on all threads (a bandwidth probe).");
   m.def("set_num_threads", &gd::set_num_threads, "n"_a, "Threads for the kernels (0: one per core).");
   m.def("num_threads", &gd::num_threads);

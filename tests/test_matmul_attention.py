@@ -139,3 +139,56 @@ def test_threads_can_be_set():
         test_matmul_matches_float64("auto", "i16", "q8_0", QT.Q8_0, 33, 96, 8)
     finally:
         _kernels.set_num_threads(n)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("T,D", [(1, 2880), (5, 64), (3, 100)])
+def test_rms_norm_matches_float64(impl, T, D):
+    rng = np.random.default_rng(T * D)
+    x = (rng.standard_normal((T, D)) * 3).astype(np.float32)
+    w = rng.standard_normal(D).astype(np.float32)
+    out = np.empty_like(x)
+    _kernels.rms_norm(x, w, 1e-5, out, impl)
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=f"rms_norm: weight has {D + 1} values, expected {D}"):
+        _kernels.rms_norm(x, np.ones(D + 1, np.float32), 1e-5, out, impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("E,k", [(32, 4), (8, 2), (4, 4)])
+def test_route_matches_float64(impl, E, k):
+    rng = np.random.default_rng(E + k)
+    D, T = 96, 6
+    W = rng.standard_normal((E, D)).astype(np.float32)
+    bias = rng.standard_normal(E).astype(np.float32)
+    h = rng.standard_normal((T, D)).astype(np.float32)
+    W[1] = W[2]            # experts 1 and 2 tie on every token: the lower index goes first
+    bias[1] = bias[2]
+    top = np.empty((T, k), np.int64)
+    weights = np.empty((T, k), np.float32)
+    _kernels.route(W, bias, h, top, weights, impl)
+    logits = h.astype(np.float64) @ W.T.astype(np.float64) + bias
+    ref_top = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(top, ref_top)
+    chosen = np.take_along_axis(logits, ref_top, -1)
+    ref_w = np.exp(chosen - chosen[:, :1])
+    ref_w /= ref_w.sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights, ref_w, rtol=1e-5, atol=1e-6)
+    for t in range(T):   # the tie, wherever it lands among the chosen
+        row = list(top[t])
+        if 1 in row and 2 in row:
+            assert row.index(1) < row.index(2)
+
+
+def test_route_refuses_bad_shapes():
+    W = np.zeros((8, 64), np.float32)
+    h = np.zeros((2, 64), np.float32)
+    with pytest.raises(ValueError, match=r"route: top and weights must be \(T, k\) with 1 <= k <= 8"):
+        _kernels.route(W, None, h, np.empty((2, 9), np.int64), np.empty((2, 9), np.float32))
+    with pytest.raises(ValueError, match="route: activations have 32 columns, the router 64"):
+        _kernels.route(W, None, np.zeros((2, 32), np.float32), np.empty((2, 2), np.int64),
+                       np.empty((2, 2), np.float32))
+    with pytest.raises(ValueError, match="route: bias has 7 values, expected 8"):
+        _kernels.route(W, np.zeros(7, np.float32), h, np.empty((2, 2), np.int64), np.empty((2, 2), np.float32))

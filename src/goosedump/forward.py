@@ -78,7 +78,12 @@ class Experts:
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
+    """x / sqrt(mean(x^2) + eps) * w per row (native: numpy's five passes cost
+    more than the arithmetic at decode's one row)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    _kernels.rms_norm(x, w, eps, out)
+    return out
 
 
 def yarn_rope(c: ModelConfig) -> tuple[np.ndarray, float]:
@@ -136,14 +141,14 @@ def kv_positions(c: ModelConfig, layer: int, n_ctx: int) -> int:
 
 def route(L: "Layer", h: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """A layer's router on h [T, D]: the top-k experts by logit (ties: lowest
-    index) [T, k] and the logits [T, E]."""
-    # One matrix-vector product per token, not h @ W.T: BLAS rounds a
-    # matrix product differently from a vector product, and a token's experts
-    # must not depend on how many tokens share its batch (a cached prefix,
-    # prefill versus decode: same logits, bit for bit).
-    W = L.ffn_gate_inp
-    logits = np.stack([W @ row for row in h]) + L.ffn_gate_inp_bias    # [T, E]
-    return np.argsort(-logits, axis=-1, kind="stable")[:, :k], logits
+    index) [T, k], descending, and the softmax over those k [T, k]. Native, one
+    token at a time in a fixed order: a token's experts must not depend on how
+    many tokens share its batch (a cached prefix, prefill versus decode: same
+    logits, bit for bit)."""
+    top = np.empty((h.shape[0], k), np.int64)
+    weights = np.empty((h.shape[0], k), np.float32)
+    _kernels.route(L.ffn_gate_inp, L.ffn_gate_inp_bias, np.ascontiguousarray(h, dtype=np.float32), top, weights)
+    return top, weights
 
 
 class KVCache:
@@ -304,18 +309,15 @@ class Transformer:
         c = self.config
         t0 = time.perf_counter()
         # top-k by logit, then softmax over those k only
-        top, logits = route(L, h, c.n_expert_used)                             # [T, k], [T, E]
-        top_logits = np.take_along_axis(logits, top, axis=-1)
-        w = np.exp(top_logits - top_logits.max(axis=-1, keepdims=True))
-        w /= w.sum(axis=-1, keepdims=True)
+        top, w = route(L, h, c.n_expert_used)                                   # [T, k], [T, k]
         if self.routing is not None and self._pos0 >= 0:
             self.routing.append((self._pos0, i, top))
         t1 = time.perf_counter()
         # experts grouped by the tokens routed to them: one matrix pass per expert
         if self.store is None or self.store.in_place:
-            y = L.experts(h, np.ascontiguousarray(top, dtype=np.int64), w.astype(np.float32))
+            y = L.experts(h, top, w)
         else:
-            y = self.streamed_experts(L, i, h, top, w.astype(np.float32))
+            y = self.streamed_experts(L, i, h, top, w)
         if self.timings is not None:
             self.timings["router"] += t1 - t0
             self.timings["experts"] += time.perf_counter() - t1

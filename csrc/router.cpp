@@ -1,0 +1,89 @@
+#include "router.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define GD_X86 1
+#endif
+
+namespace gd {
+namespace {
+
+// sum a[i] * b[i] in a fixed order: 32 lanes (four of 8) over the
+// multiples of 32, the lanes summed pairwise, then the tail in order.
+float dot_generic(const float* a, const float* b, size_t n) {
+  float lane[32] = {};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; ++j) lane[j] += a[i + j] * b[i + j];
+  for (int w = 16; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) lane[j] += lane[j + w];
+  float s = lane[0];
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+#ifdef GD_X86
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, size_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 4; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * j), _mm256_loadu_ps(b + i + 8 * j), acc[j]);
+  const __m256 s8 = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  float s = _mm_cvtss_f32(s4);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+#endif
+
+float dot(const float* a, const float* b, size_t n, Impl impl) {
+#ifdef GD_X86
+  if (impl == Impl::Avx2) return dot_avx2(a, b, n);
+#endif
+  return dot_generic(a, b, n);
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* w, size_t T, size_t D, float eps, float* out, Impl impl) {
+  const Impl which = resolve_impl(impl);
+  for (size_t t = 0; t < T; ++t) {
+    const float* r = x + t * D;
+    const float inv = 1.f / std::sqrt(dot(r, r, D, which) / float(D) + eps);
+    float* o = out + t * D;
+    for (size_t d = 0; d < D; ++d) o[d] = r[d] * inv * w[d];
+  }
+}
+
+void route(const float* W, const float* bias, size_t E, size_t D, const float* h, size_t T, size_t k,
+           int64_t* top, float* weights, Impl impl) {
+  const Impl which = resolve_impl(impl);
+  std::vector<float> logits(E);
+  std::vector<char> taken(E);
+  for (size_t t = 0; t < T; ++t) {
+    for (size_t e = 0; e < E; ++e) logits[e] = dot(W + e * D, h + t * D, D, which) + (bias ? bias[e] : 0.f);
+    std::fill(taken.begin(), taken.end(), 0);
+    int64_t* ids = top + t * k;
+    float* wt = weights + t * k;
+    for (size_t j = 0; j < k; ++j) {   // selection: strictly larger wins, so ties keep the lowest index
+      size_t best = E;
+      for (size_t e = 0; e < E; ++e)
+        if (!taken[e] && (best == E || logits[e] > logits[best])) best = e;
+      taken[best] = 1;
+      ids[j] = int64_t(best);
+    }
+    // softmax over the chosen k (the first is the largest)
+    float sum = 0.f;
+    for (size_t j = 0; j < k; ++j) sum += (wt[j] = std::exp(logits[ids[j]] - logits[ids[0]]));
+    for (size_t j = 0; j < k; ++j) wt[j] /= sum;
+  }
+}
+
+}  // namespace gd
