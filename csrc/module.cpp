@@ -17,7 +17,7 @@
 #include "matmul.h"
 #include "moe.h"
 #include "quants.h"
-#include "router.h"
+#include "ops.h"
 #include "threads.h"
 
 namespace nb = nanobind;
@@ -165,6 +165,16 @@ void rms_norm(CMatrix x, CFloats w, float eps, Matrix out, const std::string& im
   gd::rms_norm(x.data(), w.data(), T, D, eps, out.data(), which);
 }
 
+void rope(Floats3 x, CMatrix cos, CMatrix sin) {
+  const size_t T = x.shape(0), H = x.shape(1), d = x.shape(2);
+  if (d % 2 || cos.shape(0) != T || sin.shape(0) != T || cos.shape(1) != d / 2 || sin.shape(1) != d / 2)
+    throw std::invalid_argument("rope: x is (" + std::to_string(T) + ", " + std::to_string(H) + ", " +
+                                std::to_string(d) + "), cos and sin must be " + shape_str(T, d / 2) +
+                                " (and d even)");
+  nb::gil_scoped_release release;
+  gd::rope(x.data(), T, H, d, cos.data(), sin.data());
+}
+
 void route(CMatrix W, std::optional<CFloats> bias, CMatrix h, Int64s2 top, Matrix weights, const std::string& impl) {
   const size_t E = W.shape(0), D = W.shape(1), T = h.shape(0), k = top.shape(1);
   if (h.shape(1) != D)
@@ -279,6 +289,7 @@ NB_MODULE(_kernels, m) {
         "A layer's experts: out[t] = sum_j weights[t, j] * expert(experts[t, j])(h[t]), SwiGLU with clamp.");
   m.def("rms_norm", &rms_norm, "x"_a, "weight"_a, "eps"_a, "out"_a, "impl"_a = "auto",
         "out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, each row alone.");
+  m.def("rope", &rope, "x"_a.noconvert(), "cos"_a, "sin"_a, "NeoX RoPE in place on x (T, heads, d).");
   m.def("route", &route, "weight"_a, "bias"_a.none(), "h"_a, "top"_a.noconvert(), "weights"_a.noconvert(), "impl"_a = "auto",
         "A MoE router: per token the k largest of weight @ h[t] + bias (ties: lowest index), descending, into top "
         "(T, k), and their softmax into weights (T, k).");

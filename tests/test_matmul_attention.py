@@ -192,3 +192,17 @@ def test_route_refuses_bad_shapes():
                        np.empty((2, 2), np.float32))
     with pytest.raises(ValueError, match="route: bias has 7 values, expected 8"):
         _kernels.route(W, np.zeros(7, np.float32), h, np.empty((2, 2), np.int64), np.empty((2, 2), np.float32))
+
+
+def test_rope_matches_float64():
+    rng = np.random.default_rng(3)
+    T, H, d = 4, 3, 16
+    x = rng.standard_normal((T, H, d)).astype(np.float32)
+    ang = rng.uniform(0, 6, (T, d // 2))
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    x64, c, s = x.astype(np.float64), cos.astype(np.float64)[:, None], sin.astype(np.float64)[:, None]
+    ref = np.concatenate([x64[..., :8] * c - x64[..., 8:] * s, x64[..., 8:] * c + x64[..., :8] * s], -1)
+    _kernels.rope(x, cos, sin)     # in place
+    np.testing.assert_allclose(x, ref, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"rope: x is \(4, 3, 16\), cos and sin must be \(4, 8\)"):
+        _kernels.rope(x, cos[:, :4].copy(), sin)

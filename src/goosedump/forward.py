@@ -109,12 +109,10 @@ def yarn_rope(c: ModelConfig) -> tuple[np.ndarray, float]:
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """NeoX style: each head's first half pairs with its second half.
-    x [T, heads, d], cos/sin [T, d/2]."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    """NeoX style, in place (native): each head's first half pairs with its
+    second half. x [T, heads, d] contiguous float32, cos/sin [T, d/2]."""
+    _kernels.rope(x, cos, sin)
+    return x
 
 
 @dataclass
@@ -287,7 +285,7 @@ class Transformer:
         k = L.attn_k(h).reshape(T, c.n_head_kv, c.head_dim)         # [T, K, d]
         v = L.attn_v(h).reshape(T, c.n_head_kv, c.value_dim)        # [T, K, dv]
         t1 = time.perf_counter()
-        q = np.ascontiguousarray(apply_rope(q, cos, sin))
+        q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         out = np.empty((T, c.n_head, c.value_dim), np.float32)
         for cache, pos0, r0, r1 in seqs:

@@ -1,5 +1,5 @@
-// The small per-token pieces around the big products: RMS norm and the
-// MoE router. Native so that a decoded token does not pay numpy's per-call
+// The small per-token pieces around the big products: RMS norm, RoPE and
+// the MoE router. Native so that a decoded token does not pay numpy's per-call
 // overhead 72 times per pass; each row is computed alone, in a fixed order
 // (batch-invariant, like the products).
 #pragma once
@@ -12,6 +12,10 @@ namespace gd {
 
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of D floats.
 void rms_norm(const float* x, const float* w, size_t T, size_t D, float eps, float* out, Impl impl);
+
+// NeoX RoPE in place on x [T, H, d]: each head's first half pairs with its
+// second half, by cos and sin [T, d/2] of the token's position.
+void rope(float* x, size_t T, size_t H, size_t d, const float* cos, const float* sin);
 
 // A layer's router on h [T, D] with W [E, D] and bias [E]: per token, the
 // logits W h + bias, the k largest in descending order (ties: the lowest

@@ -1,4 +1,4 @@
-#include "router.h"
+#include "ops.h"
 
 #include <cmath>
 #include <limits>
@@ -59,6 +59,23 @@ void rms_norm(const float* x, const float* w, size_t T, size_t D, float eps, flo
     const float inv = 1.f / std::sqrt(dot(r, r, D, which) / float(D) + eps);
     float* o = out + t * D;
     for (size_t d = 0; d < D; ++d) o[d] = r[d] * inv * w[d];
+  }
+}
+
+void rope(float* x, size_t T, size_t H, size_t d, const float* cos, const float* sin) {
+  const size_t half = d / 2;
+  for (size_t t = 0; t < T; ++t) {
+    const float* c = cos + t * half;
+    const float* s = sin + t * half;
+    for (size_t h = 0; h < H; ++h) {
+      float* x1 = x + (t * H + h) * d;
+      float* x2 = x1 + half;
+      for (size_t i = 0; i < half; ++i) {
+        const float a = x1[i], b = x2[i];
+        x1[i] = a * c[i] - b * s[i];
+        x2[i] = b * c[i] + a * s[i];
+      }
+    }
   }
 }
 
