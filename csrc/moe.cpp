@@ -9,8 +9,48 @@
 #include <vector>
 
 #include "threads.h"
+#include "vecmath.h"
 
 namespace gd {
+namespace {
+
+// SwiGLU: gate clamped from above, up both ways; g * sigmoid(alpha g) * (u + 1).
+void swiglu_generic(const float* gate, const float* up, size_t n, float alpha, float limit, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gv = std::min(gate[i], limit);
+    const float uv = std::clamp(up[i], -limit, limit);
+    out[i] = gv / (1.f + std::exp(-alpha * gv)) * (uv + 1.f);
+  }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// The sigmoid from e = exp(-|alpha g|) <= 1: 1 / (1 + e) for g >= 0, e / (1 + e) below.
+__attribute__((target("avx2,fma,f16c"))) void swiglu_avx2(const float* gate, const float* up, size_t n, float alpha,
+                                                          float limit, float* out) {
+  const __m256 lim = _mm256_set1_ps(limit), neg_lim = _mm256_set1_ps(-limit), a = _mm256_set1_ps(alpha);
+  const __m256 one = _mm256_set1_ps(1.f), sign = _mm256_set1_ps(-0.f);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_min_ps(_mm256_loadu_ps(gate + i), lim);
+    const __m256 u = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(up + i), neg_lim), lim);
+    const __m256 x = _mm256_mul_ps(a, g);
+    const __m256 e = exp_neg_avx2(_mm256_or_ps(x, sign));                 // exp(-|x|)
+    const __m256 num = _mm256_blendv_ps(one, e, x);                      // x < 0 (sign bit): e
+    const __m256 sig = _mm256_div_ps(num, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_add_ps(u, one)));
+  }
+  swiglu_generic(gate + i, up + i, n - i, alpha, limit, out + i);
+}
+#endif
+
+void swiglu(const float* gate, const float* up, size_t n, float alpha, float limit, float* out, Impl impl) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (impl == Impl::Avx2) return swiglu_avx2(gate, up, n, alpha, limit, out);
+#endif
+  swiglu_generic(gate, up, n, alpha, limit, out);
+}
+
+}  // namespace
 
 void moe(const MoeArgs& a, Impl impl, Acts acts) {
   for (size_t i = 0; i < a.T * a.k; ++i)
@@ -65,15 +105,8 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       matmul_rows(a.fmt, W, n0, n1, D, *xs[g], n_tok[g], Y, F, bias, which);
     });
   }
-  // SwiGLU: gate clamped from above, up both ways; g * sigmoid(alpha g) * (u + 1).
   parallel_for(G, [&](size_t g) {
-    const float* gate = gu[g].data();
-    const float* up = gu[g].data() + n_tok[g] * F;
-    for (size_t i = 0; i < n_tok[g] * F; ++i) {
-      const float gv = std::min(gate[i], a.limit);
-      const float uv = std::clamp(up[i], -a.limit, a.limit);
-      act[g][i] = gv / (1.f + std::exp(-a.alpha * gv)) * (uv + 1.f);
-    }
+    swiglu(gu[g].data(), gu[g].data() + n_tok[g] * F, n_tok[g] * F, a.alpha, a.limit, act[g].data(), which);
     as[g] = std::make_unique<ActView>(acts, a.fmt, act[g].data(), F, n_tok[g], F, which);
   });
   // Phase 2: down rows of every group.
