@@ -23,8 +23,8 @@ from .gguf import GGMLType, GGUFFile
 
 PREFILL_BATCH = 128
 # Precision of activations inside quantized products (csrc/matmul.h): "i16"
-# (default, chosen by benchmarks/activation_precision.py: same agreement with
-# the reference as fp32 at 1.3-1.4x the speed) or "f32".
+# (default, chosen by benchmarks/activation_precision.py: within a factor 2-4
+# of fp32's agreement with the reference, at 1.5-2.4x its speed) or "f32".
 ACTIVATIONS = os.environ.get("GOOSEDUMP_ACTIVATIONS", "i16")
 SWIGLU_ALPHA = 1.702   # gpt-oss's SwiGLU: hard-coded in the architecture, no GGUF key
 SWIGLU_LIMIT = 7.0
