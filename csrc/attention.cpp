@@ -45,10 +45,7 @@ __attribute__((target("avx2,fma,f16c"))) inline float dot_avx2(const float* a, c
   __m256 acc = _mm256_setzero_ps();
   size_t i = 0;
   for (; i + 8 <= d; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  float r = _mm_cvtss_f32(s);
+  float r = hsum_avx2(acc);
   for (; i < d; ++i) r += a[i] * b[i];
   return r;
 }

@@ -9,6 +9,7 @@
 
 #include "quants.h"
 #include "threads.h"
+#include "vecmath.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -145,13 +146,6 @@ inline void rows_by_tiles(Format f, const uint8_t* W, size_t n0, size_t n1, size
 }
 
 #ifdef GD_X86
-__attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // 32 weights of one block as 4 x 8 floats.
 __attribute__((target("avx2,fma,f16c"))) inline void load_block(Format f, const uint8_t* blk, __m256 w[4]) {
   __m128i lo, hi;
@@ -201,7 +195,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void row_tile(Format f, const ui
   for (int t = 0; t < TT; ++t) {
     __m256 sum = acc[t][0];
     for (int a = 1; a < A; ++a) sum = _mm256_add_ps(sum, acc[t][a]);
-    out[t] = hsum(sum);
+    out[t] = hsum_avx2(sum);
   }
 }
 
@@ -284,7 +278,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void row_tile_i16(const uint8_t*
     for (size_t b = 0; b < n_blocks; ++b)
       block_i16<F, TT>(row + b * block_bytes, Q + b * TT * kBlock, D ? D + b * TT : D, E ? E + b * TT : E, acc);
   }
-  for (int t = 0; t < TT; ++t) out[t] = hsum(acc[t]);
+  for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]);
 }
 
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const int16_t* Q, const float* D,

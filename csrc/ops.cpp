@@ -4,8 +4,9 @@
 #include <limits>
 #include <vector>
 
+#include "vecmath.h"
+
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
 #define GD_X86 1
 #endif
 
@@ -27,17 +28,13 @@ float dot_generic(const float* a, const float* b, size_t n) {
 }
 
 #ifdef GD_X86
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, size_t n) {
+__attribute__((target("avx2,fma,f16c"))) float dot_avx2(const float* a, const float* b, size_t n) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   size_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int j = 0; j < 4; ++j)
       acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * j), _mm256_loadu_ps(b + i + 8 * j), acc[j]);
-  const __m256 s8 = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  float s = _mm_cvtss_f32(s4);
+  float s = hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }

@@ -5,6 +5,14 @@
 
 namespace gd {
 
+// The sum of a vector's 8 lanes, in a fixed order.
+__attribute__((target("avx2,fma,f16c"))) inline float hsum_avx2(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 // e^x for x <= 0 (attention: scores minus their maximum; SwiGLU: -|x|), 8 at a time: x = n ln2 + r,
 // |r| <= ln2/2, e^r by a degree-6 polynomial (relative error ~2e-7), 2^n
 // built in the exponent bits; below -87 the result is 0.
