@@ -833,6 +833,26 @@ def _sse(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
+class _Chunks:
+    """The SSE chunks of one streamed chat or text completion: each carries
+    its piece under `field` ("delta" or "text"); with include_usage every
+    chunk has usage null and a last one, with no choices, carries it."""
+
+    def __init__(self, job: "Job", obj: str, model: str, field: str, include_usage: bool):
+        self.head = {"id": job.id, "object": obj, "created": job.created, "model": model,
+                     "system_fingerprint": FINGERPRINT}
+        self.field, self.include_usage = field, include_usage
+
+    def choice(self, piece, finish: str | None = None) -> str:
+        d = {**self.head, "choices": [{"index": 0, self.field: piece, "logprobs": None, "finish_reason": finish}]}
+        if self.include_usage:
+            d["usage"] = None
+        return _sse(d)
+
+    def usage(self, usage: dict) -> str:
+        return _sse({**self.head, "choices": [], "usage": usage})
+
+
 def _usage(result, reasoning_tokens: int | None = None) -> dict:
     u = {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.generated_tokens,
          "total_tokens": result.prompt_tokens + result.generated_tokens,
@@ -984,14 +1004,7 @@ class Server:
                 "usage": _usage(r, turn.reasoning_tokens)}
 
     async def chat_stream(self, job: Job, include_usage: bool) -> AsyncIterator[str]:
-        head = {"id": job.id, "object": "chat.completion.chunk", "created": job.created, "model": self.name,
-                "system_fingerprint": FINGERPRINT}
-
-        def chunk(delta: dict, finish: str | None = None) -> str:
-            d = {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-            if include_usage:
-                d["usage"] = None
-            return _sse(d)
+        chunk = _Chunks(job, "chat.completion.chunk", self.name, "delta", include_usage)
 
         deltas = ChatDeltas()
         started = False
@@ -1002,20 +1015,20 @@ class Server:
                         continue
                     if not started:       # the role comes with the first generated token
                         started = True
-                        yield chunk({"role": "assistant", "content": ""})
+                        yield chunk.choice({"role": "assistant", "content": ""})
                     for d in deltas(self.feed(job, token)):
-                        yield chunk(d)
+                        yield chunk.choice(d)
             r = job.req.result
             if r is None:
                 return
             if not started:
-                yield chunk({"role": "assistant", "content": ""})
+                yield chunk.choice({"role": "assistant", "content": ""})
             for d in deltas(job.turn.close()):
-                yield chunk(d)
+                yield chunk.choice(d)
             turn = job.turn
-            yield chunk({}, finish_reason(r.stop_reason, turn.stopped, bool(turn.tool_calls)))
+            yield chunk.choice({}, finish_reason(r.stop_reason, turn.stopped, bool(turn.tool_calls)))
             if include_usage:
-                yield _sse({**head, "choices": [], "usage": _usage(r, turn.reasoning_tokens)})
+                yield chunk.usage(_usage(r, turn.reasoning_tokens))
         except Exception as e:         # headers are sent: the error goes in the stream
             yield _sse(_stream_error(e))
         yield "data: [DONE]\n\n"
@@ -1076,25 +1089,18 @@ class Server:
                 yield tail
 
     async def completion_stream(self, job: Job, include_usage: bool) -> AsyncIterator[str]:
-        head = {"id": job.id, "object": "text_completion", "created": job.created, "model": self.name,
-                "system_fingerprint": FINGERPRINT}
-
-        def chunk(text: str, finish: str | None = None) -> str:
-            d = {**head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
-            if include_usage:
-                d["usage"] = None
-            return _sse(d)
+        chunk = _Chunks(job, "text_completion", self.name, "text", include_usage)
 
         try:
             async with contextlib.aclosing(self.completion_pieces(job)) as pieces:
                 async for piece in pieces:
-                    yield chunk(piece)
+                    yield chunk.choice(piece)
             r = job.req.result
             if r is None:
                 return
-            yield chunk("", finish_reason(r.stop_reason, job.stop.hit))
+            yield chunk.choice("", finish_reason(r.stop_reason, job.stop.hit))
             if include_usage:
-                yield _sse({**head, "choices": [], "usage": _usage(r)})
+                yield chunk.usage(_usage(r))
         except Exception as e:
             yield _sse(_stream_error(e))
         yield "data: [DONE]\n\n"
