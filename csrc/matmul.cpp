@@ -229,11 +229,8 @@ __attribute__((target("avx2,fma,f16c"))) inline void load_codes(const uint8_t* b
   }
 }
 
-// One row against TT tokens. One accumulator per token whatever the tile:
-// a token's sum is formed in the same order alone or in a batch, so
-// prefill, decode and a cached prefix give the same bits. The format is a
-// template parameter so that the block loop carries no branch.
-// One block against TT tokens, into their accumulators.
+// One block against TT tokens, into their accumulators; Q, D and E point at
+// the block's run of the tile (act_block).
 template <Format F, int TT>
 __attribute__((target("avx2,fma,f16c"))) inline void block_i16(const uint8_t* blk, const int16_t* Q, const float* D,
                                                                  const int32_t* E, __m256* acc) {

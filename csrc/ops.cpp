@@ -1,7 +1,7 @@
 #include "ops.h"
 
 #include <cmath>
-#include <limits>
+#include <algorithm>
 #include <vector>
 
 #include "vecmath.h"
