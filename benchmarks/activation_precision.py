@@ -2,7 +2,7 @@
 precision (fp32, int16 blocks, and llama.cpp-style int8 blocks emulated in
 numpy), the agreement of goosedump's logits and greedy tokens with the
 transformers reference on the tiny reference models of tests/test_reference.py,
-and the kernels' speed. The engine's default (goosedump.forward.ACTIVATIONS)
+and the kernels' speed. The engine's default (goosedump.options.Options.activations)
 was chosen from this table.
 
 usage: python benchmarks/activation_precision.py
@@ -18,15 +18,16 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 
 def agreement(acts: str) -> list[tuple]:
-    """Run in a child so the engine reads GOOSEDUMP_ACTIVATIONS at import."""
+    """Run in a child: i8 replaces the kernels' matmul by one that rounds activations first."""
     code = f"""
 import sys, json, numpy as np, torch
 sys.path.insert(0, {os.path.join(HERE, '..', 'tests')!r})
 from test_reference import CONFIGS, hf_logits, fp16_kv_cache
 from hf_reference import build
-import goosedump, goosedump.forward as F
+import goosedump, goosedump.weights as F
 from goosedump import synth
-F.ACTIVATIONS = {'f32' if acts == 'i8' else acts!r}
+from goosedump.options import Options
+ACTS = {'f32' if acts == 'i8' else acts!r}
 vocab = synth.small_vocab()
 out = []
 if {acts == 'i8'!r}:   # llama.cpp's choice: activations rounded to int8 per 32-block
@@ -47,7 +48,7 @@ for name, (cfg, n) in sorted(CONFIGS.items()):
     path = {tempfile.mkdtemp()!r} + '/' + name + '.gguf'
     torch.manual_seed(0)
     hf = build(cfg, vocab, path, seed=len(name))
-    model = goosedump.load(path, n_ctx=512)
+    model = goosedump.load(path, n_ctx=512, options=Options(activations=ACTS))
     prompt = np.random.default_rng(1).integers(0, model.config.n_vocab, n).tolist()
     ours = model.logits(prompt)
     with fp16_kv_cache(hf):

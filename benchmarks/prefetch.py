@@ -7,6 +7,7 @@ import argparse
 import sys
 
 import goosedump
+from goosedump.options import Options
 
 
 def main() -> int:
@@ -17,8 +18,7 @@ def main() -> int:
     args = ap.parse_args()
     print(f"{'prefetch':8s} {'decode tok/s':>12s} {'stall s/token':>14s} {'accuracy':>9s} {'hit rate':>9s}")
     for prefetch in (False, True):
-        m = goosedump.load(args.model, expert_cache=args.expert_cache)
-        m.transformer.prefetch = prefetch
+        m = goosedump.load(args.model, options=Options.from_env(expert_cache=args.expert_cache, prefetch=prefetch))
         r = m.generate([976, 4853, 19705, 68347], max_tokens=args.gen)
         s = r.expert_cache
         print(f"{'on' if prefetch else 'off':8s} {r.decode_tokens_per_s:12.3f} "

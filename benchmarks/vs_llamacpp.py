@@ -12,9 +12,11 @@ bound each engine's decode reaches.
 
 llama.cpp comes from llama-cpp-python, built outside the repo (see README) and
 installed in its own environment: pass its interpreter with --llama-python.
+--baseline-python PY compares against another goosedump build instead (the
+interpreter of an environment where it is installed): new build / old build.
 
 usage: python benchmarks/vs_llamacpp.py MODEL.gguf [--prompt-tokens 512] [--gen 128] [--threads 2]
-           [--reps 3] [--llama-python ~/.cache/goosedump/llama-venv/bin/python]
+           [--reps 3] [--llama-python ~/.cache/goosedump/llama-venv/bin/python] [--baseline-python PY]
 """
 import argparse
 import json
@@ -43,24 +45,16 @@ def prompt_ids(model_path: str, n: int) -> list[int]:
 
 
 def child_goosedump(args) -> dict:
-    import numpy as np
-
     import goosedump
     ids = json.loads(args.ids)
     # experts fully in memory (the bounded-memory case streams them through the expert cache)
     model = goosedump.load(args.model, n_ctx=len(ids) + args.gen, threads=args.threads, expert_cache="16G")
-    tr = model.transformer   # maps the weights, as llama.cpp does at load
-    cache = model.new_cache()
-    t0 = time.perf_counter()
-    tok, _ = tr.forward(np.asarray(ids), cache, logits="argmax")
-    t1 = time.perf_counter()
-    tokens = [tok]
-    for _ in range(args.gen - 1):   # greedy, end-of-generation ignored: the same work as llama.cpp
-        tok, _ = tr.forward(np.asarray([tok]), cache, logits="argmax")
-        tokens.append(tok)
-    t2 = time.perf_counter()
-    return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "n_prompt": len(ids), "n_decode": args.gen - 1,
-            "tokens": tokens, "stop": "max_tokens"}
+    model.transformer   # maps the weights, as llama.cpp does at load
+    # The public generation loop, greedy, end-of-generation ignored: the same
+    # work as llama.cpp (and the same call in every goosedump build, for --baseline-python).
+    r = model.generate(ids, max_tokens=args.gen, reuse_cache=False, ignore_eos=True)
+    return {"prefill_s": r.prefill_seconds, "decode_s": r.decode_seconds, "n_prompt": len(ids),
+            "n_decode": r.decode_steps, "tokens": r.token_ids, "stop": r.stop_reason}
 
 
 def child_llamacpp(args) -> dict:
@@ -109,11 +103,11 @@ def decode_bytes_per_token(model_path: str, ctx: int) -> int:
     """Weights (and KV cache) a decoded token reads: every dense matrix but
     the embeddings (one row), the chosen experts of every layer, the cache."""
     import goosedump
-    from goosedump.model import EXPERT_PIECES
+    from goosedump.layout import is_expert_tensor
     m = goosedump.load(model_path)
     c = m.config
     dense = sum(t.nbytes for t in m.file.tensors.values()
-                if t.name.split(".", 2)[-1] not in EXPERT_PIECES and t.name != "token_embd.weight")
+                if not is_expert_tensor(t.name) and t.name != "token_embd.weight")
     embd = m.file.tensors["token_embd.weight"].nbytes // c.n_vocab
     experts = c.n_layer * c.n_expert_used * m.layout.expert_slot_bytes
     per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
@@ -155,6 +149,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--llama-python", default=os.path.expanduser("~/.cache/goosedump/llama-venv/bin/python"))
+    ap.add_argument("--baseline-python", help="compare against the goosedump build of this interpreter")
     ap.add_argument("--child", choices=["goosedump", "llamacpp"])
     ap.add_argument("--ids")
     args = ap.parse_args()
@@ -169,15 +164,18 @@ def main() -> int:
 
     ids = prompt_ids(args.model, args.prompt_tokens)
     engines = {"goosedump": sys.executable}
-    if os.path.exists(args.llama_python):
-        engines["llama.cpp"] = args.llama_python
+    other = "baseline" if args.baseline_python else "llama.cpp"
+    if args.baseline_python:
+        engines[other] = args.baseline_python
+    elif os.path.exists(args.llama_python):
+        engines[other] = args.llama_python
     else:
         print(f"no llama.cpp interpreter at {args.llama_python}: goosedump only", file=sys.stderr)
     bw_before = bandwidth_gbs(args.threads)
     runs = {e: [] for e in engines}
     for rep in range(args.reps):
         for engine, python in engines.items():
-            r = run_child(python, "goosedump" if engine == "goosedump" else "llamacpp", args.model, ids,
+            r = run_child(python, "llamacpp" if engine == "llama.cpp" else "goosedump", args.model, ids,
                           args.gen, args.threads)
             runs[engine].append(r)
             flag = "  CONTAMINATED" if r["contaminated"] else ""
@@ -205,17 +203,17 @@ def main() -> int:
         print(f"{engine:10s} {s['prefill_tps']:10.2f} ± {s['prefill_sd']:5.2f} {s['decode_tps']:10.2f} ± "
               f"{s['decode_sd']:5.2f} {s['peak_rss_mib']:13.0f} {100 * s['fraction_of_bound']:8.0f}%")
     ratios = {}
-    if "llama.cpp" in runs:
-        pairs = [(g, lc) for g, lc in zip(runs["goosedump"], runs["llama.cpp"])
-                 if not (g["contaminated"] or lc["contaminated"])] or list(zip(runs["goosedump"], runs["llama.cpp"]))
+    if other in runs:
+        pairs = [(g, lc) for g, lc in zip(runs["goosedump"], runs[other])
+                 if not (g["contaminated"] or lc["contaminated"])] or list(zip(runs["goosedump"], runs[other]))
         for key, name in (("prefill_tps", "prefill"), ("decode_tps", "decode"), ("peak_rss_mib", "peak RSS")):
             r = [g[key] / lc[key] for g, lc in pairs]
             ratios[name] = {"mean": statistics.mean(r), "min": min(r), "max": max(r)}
-            print(f"goosedump / llama.cpp {name:9s}: {statistics.mean(r):.2f}x (min {min(r):.2f}, "
+            print(f"goosedump / {other} {name:9s}: {statistics.mean(r):.2f}x (min {min(r):.2f}, "
                   f"max {max(r):.2f}, {len(pairs)} clean pair(s))")
-        same = sum(a == b for a, b in zip(runs["goosedump"][0]["tokens"], runs["llama.cpp"][0]["tokens"]))
-        print(f"greedy tokens equal to llama.cpp's: {same} of {args.gen} (random weights, small margins: "
-              f"llama.cpp's 8-bit activations and rounded YaRN range move them)")
+        same = sum(a == b for a, b in zip(runs["goosedump"][0]["tokens"], runs[other][0]["tokens"]))
+        print(f"greedy tokens equal to {other}'s: {same} of {args.gen}" + ("" if args.baseline_python else
+              " (random weights, small margins: llama.cpp's 8-bit activations and rounded YaRN range move them)"))
     print(json.dumps({"summary": summary, "ratios": ratios, "bandwidth_gbs": bw,
                       "decode_bytes_per_token": per_token, "prompt_tokens": args.prompt_tokens,
                       "gen": args.gen, "threads": args.threads, "reps": args.reps}))

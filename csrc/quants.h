@@ -1,4 +1,4 @@
-// Block formats of GGUF weights (see shared/gpt-oss.md):
+// Block formats of GGUF weights, as ggml defines them (ggml-common.h):
 //   Q8_0:  34 bytes per 32 values: fp16 scale d, 32 int8 q; value = d * q.
 //   MXFP4: 17 bytes per 32 values: E8M0 exponent e, 16 bytes of 4-bit codes
 //          (byte j: value j in the low nibble, value j+16 in the high one);

@@ -6,7 +6,7 @@ import openai_harmony as H
 import pytest
 from openai_harmony import Author, Conversation, DeveloperContent, Message, Role, SystemContent, ToolDescription
 
-from goosedump import chat, harmony
+from goosedump import chat, harmony, reply
 from refs import harmony_encoding
 
 DATE = "2025-06-28"
@@ -291,7 +291,7 @@ def test_reply_splits_channels_and_tool_calls(tiny_model):
     p = harmony.HarmonyParser(tiny_model.tokenizer)
     for t in ids:
         p.feed(t)
-    r = chat.reply_from_messages(p.close())
+    r = reply.reply_from_messages(p.close())
     assert r.reasoning_content == "Use the tool."
     assert r.content == ""
     assert [c["function"] for c in r.tool_calls] == [{"name": "get_weather", "arguments": '{"location": "Tokyo"}'}]

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from goosedump.harmony import Delta
-from goosedump.repl import DIM, RESET, ReplyPrinter
+from goosedump.reply import Item, ReplyEvent
+from goosedump.terminal import DIM, RESET, ReplyPrinter
 
 DATE = "2025-06-28"
 
@@ -71,20 +71,28 @@ def test_run_chat_errors(tiny_path, args, message):
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
 
+def events(*items):
+    """Reply events of whole items: (kind, tool name, text pieces) each."""
+    out = []
+    for n, (kind, name, pieces) in enumerate(items):
+        item = Item(kind, n, 0, f"id{n}", name=name)
+        out += [ReplyEvent("start", item)] + [ReplyEvent("delta", item, p) for p in pieces] + [ReplyEvent("end", item)]
+    return out
+
+
 def test_printer_dims_reasoning_and_names_tool_calls():
     out, err = io.StringIO(), io.StringIO()
     p = ReplyPrinter(out, err, show_reasoning=True, color=True)
-    for d in [Delta("Think", "analysis", None), Delta("ing.", "analysis", None),
-              Delta("Hello", "final", None), Delta(" world", "final", None),
-              Delta('{"city":', "commentary", "functions.weather"), Delta('"Oslo"}', "commentary", "functions.weather")]:
-        p(d)
+    for ev in events(("reasoning", None, ["Think", "ing."]), ("content", None, ["Hello", " world"]),
+                     ("tool_call", "weather", ['{"city":', '"Oslo"}'])):
+        p(ev)
     p.finish()
     assert out.getvalue() == "Hello world"
     assert err.getvalue() == f"{DIM}Thinking.{RESET}\n[tool call] weather({{\"city\":\"Oslo\"}})\n"
     hidden_out, hidden_err = io.StringIO(), io.StringIO()
     q = ReplyPrinter(hidden_out, hidden_err, show_reasoning=False, color=True)
-    q(Delta("secret", "analysis", None))
-    q(Delta("answer", "final", None))
+    for ev in events(("reasoning", None, ["secret"]), ("content", None, ["answer"])):
+        q(ev)
     q.finish()
     assert hidden_out.getvalue() == "answer" and "secret" not in hidden_err.getvalue()
 

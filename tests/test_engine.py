@@ -7,7 +7,7 @@ import pytest
 
 import goosedump
 from goosedump.engine import Engine
-from goosedump.forward import ContextOverflowError
+from goosedump.generate import ContextOverflowError
 from goosedump.sampling import SamplingError, SamplingParams
 
 TEXTS = ["hello world", "The cat sat on the", "Once upon a time there was", "x", "1 2 3 4 5 6"]
@@ -50,7 +50,7 @@ def test_streamed_events_spell_the_text_and_fifo_order(model):
         reqs = [engine.submit(model.tokenizer.encode(t), 8) for t in TEXTS]
 
         def consume(r):
-            pieces = [p for _, p in r]
+            pieces = [p for _, p in r.events()]
             assert "".join(pieces) == r.result.text
             done.append(r.id)
         threads = [threading.Thread(target=consume, args=(r,)) for r in reqs]
@@ -71,7 +71,7 @@ def test_cancel_stops_a_running_request_and_a_waiting_one(model):
         long = engine.submit(model.tokenizer.encode("go on"), 400, sampling=SamplingParams(temperature=1, seed=0))
         waiting = engine.submit(model.tokenizer.encode("later"), 400)
         waiting.cancel("client_gone")
-        first = long.get(timeout=30)
+        first = next(long.events())
         assert first is not None
         long.cancel("disconnected")
         r = long.wait()
@@ -115,3 +115,26 @@ def test_a_new_turn_reuses_an_idle_cache(model):
         assert np.isfinite(engine.busy_seconds) and engine.completed == 2
     finally:
         engine.close()
+
+
+def test_a_batched_generation_is_profiled_like_a_lone_one(model):
+    """The server's engine profiles through the same probe as the CLI: a
+    request's profile splits its steps' time into parts that add up, while
+    another request shares those steps unprofiled."""
+    engine = Engine(model, max_batch=2)
+    try:
+        a = engine.submit(model.tokenizer.encode("Once upon a time"), 10, profile=True)
+        b = engine.submit(model.tokenizer.encode("The cat sat on the"), 10)
+        ra, rb = a.wait(), b.wait()
+    finally:
+        engine.close()
+    assert rb.profile is None and ra.profile is not None
+    assert ra.token_ids == alone(model, model.tokenizer.encode("Once upon a time"), 10)
+    for phase, p in ra.profile["phases"].items():
+        split = p["split"]
+        assert sum(split["seconds"].values()) == pytest.approx(split["total_seconds"], rel=1e-9)
+        assert split["seconds"]["experts"] > 0 and split["seconds"]["attn_proj"] > 0
+    assert ra.profile["phases"]["decode"]["split"]["tokens"] == ra.decode_steps
+    # the routing of this request's rows only: one row per token and layer
+    decode = ra.profile["phases"]["decode"]["routing"]
+    assert decode["selections"] == ra.decode_steps * model.config.n_layer * model.config.n_expert_used

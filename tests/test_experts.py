@@ -11,6 +11,7 @@ import goosedump
 from goosedump import experts as experts_mod
 from goosedump import synth
 from goosedump.experts import ExpertReadError, ExpertStore
+from goosedump.options import Options
 
 PROMPT = [97, 485, 197, 383, 11, 290, 377, 12, 500, 3]
 
@@ -158,8 +159,7 @@ def test_cli_expert_cache_flag_and_env(t120_path):
 def test_prefetch_reads_the_next_layers_experts_ahead(t120_path):
     runs = {}
     for prefetch in (False, True):
-        m = goosedump.load(t120_path, expert_cache=(2 << 20))
-        m.transformer.prefetch = prefetch
+        m = goosedump.load(t120_path, options=Options(expert_cache=2 << 20, prefetch=prefetch))
         r = m.generate(PROMPT, max_tokens=10)
         runs[prefetch] = (r.token_ids, m.store.snapshot())
     assert runs[True][0] == runs[False][0]          # timing only: the same tokens

@@ -46,12 +46,12 @@ def test_rewind_after_decoding_wrapped_the_sliding_rings(model):
     assert cache.rings, "the tiny model has sliding layers with rings shorter than the context"
     ring = len(cache.k[cache.rings[0][0]])
     generated = rng.integers(0, 199_000, 2 * ring)      # wraps every ring
-    tr.forward(a, cache, logits="none")
+    tr.forward(a, cache)
     cache.save_window()
-    tr.forward(generated, cache, logits="none")
+    tr.forward(generated, cache)
     assert cache.reuse(np.concatenate([a, b])) == len(a)
-    warm = tr.forward(b, cache, logits="all")
-    cold = tr.forward(np.concatenate([a, b]), model.new_cache(512), logits="all")[len(a):]
+    warm = tr.head.logits(tr.forward(b, cache))
+    cold = tr.head.logits(tr.forward(np.concatenate([a, b]), model.new_cache(512)))[len(a):]
     np.testing.assert_array_equal(warm, cold)     # kernels are batch-invariant: equal bits
 
 
@@ -59,14 +59,14 @@ def test_rewind_without_saved_window_starts_over(model):
     tr = model.transformer
     cache = model.new_cache(512)
     a = np.arange(1000, 1060)
-    tr.forward(a, cache, logits="none")
+    tr.forward(a, cache)
     ring = len(cache.k[cache.rings[0][0]])
-    tr.forward(np.arange(2000, 2000 + 2 * ring), cache, logits="none")
+    tr.forward(np.arange(2000, 2000 + 2 * ring), cache)
     assert cache.reuse(np.concatenate([a, [5, 6]])) == 0     # the rings lost a's window: recompute
     assert cache.n == 0 and cache.tokens == []
     # a short rewind stays within the ring and is kept
-    tr.forward(a, cache, logits="none")
-    tr.forward(np.arange(3000, 3010), cache, logits="none")
+    tr.forward(a, cache)
+    tr.forward(np.arange(3000, 3010), cache)
     assert cache.reuse(np.concatenate([a, [7]])) == len(a)
 
 
@@ -103,9 +103,9 @@ def test_cancel_stops_before_the_next_token(model):
 def test_chat_stream_deltas_add_up_to_the_reply(model):
     stream = model.chat_stream([{"role": "user", "content": "Hi"}], max_tokens=60, date=DATE,
                                sampling=SamplingParams(temperature=1.0, seed=3))
-    deltas = list(stream)
+    deltas = [e for e in stream if e.what == "delta"]
     r = stream.reply
-    assert "".join(d.text for d in deltas if d.channel == "analysis") == r.reasoning_content.replace("\n", "") \
+    assert "".join(d.text for d in deltas if d.item.kind == "reasoning") == r.reasoning_content.replace("\n", "") \
         or len([m for m in r.messages if m.channel == "analysis"]) > 1
     parsed = "".join(m.text for m in r.messages)
     assert "".join(d.text for d in deltas) == parsed
@@ -116,7 +116,7 @@ def test_short_malformed_answer_still_reaches_the_reader(model):
     """Random weights never write a harmony header: a short answer that never
     reached <|message|> comes out at the end, as one delta."""
     stream = model.chat_stream([{"role": "user", "content": "Hi"}], max_tokens=5, date=DATE)
-    deltas = list(stream)
+    deltas = [e for e in stream if e.what == "delta"]
     assert stream.result.generated_tokens == 5
     text = "".join(m.text for m in stream.reply.messages)
     assert text and "".join(d.text for d in deltas) == text == stream.reply.content

@@ -112,9 +112,9 @@ def test_prefill_whole_equals_prefill_then_decode(pair):
     whole = model.logits(prompt)
     cache = model.new_cache(len(prompt))
     split = len(prompt) // 2
-    steps = [tr.forward(np.asarray(prompt[:split]), cache, logits="last")]
+    steps = [tr.head.logits(tr.forward(np.asarray(prompt[:split]), cache, last_only=True))[0]]
     for t in prompt[split:]:
-        steps.append(tr.forward(np.asarray([t]), cache, logits="last"))
+        steps.append(tr.head.logits(tr.forward(np.asarray([t]), cache))[0])
     decoded = np.stack(steps)
     # Same kernels, same cache; only the grouping of tokens differs, and each
     # token's sums are formed in the same order alone or in a batch: equal bits.

@@ -16,11 +16,13 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 
-from goosedump import chat
 from goosedump.harmony import HarmonyParser
+from goosedump.reply import ReplyStream, StopFilter, reply_from_messages
 from goosedump.sampling import GREEDY
-from goosedump.server import (ChatDeltas, ResponseEvents, ResponsesBody, StopFilter, Turn, chat_message,
-                              finish_reason, forced_call_header, responses_messages)
+from goosedump.server.chat_completions import ChatDeltas, chat_message
+from goosedump.server.params import finish_reason, forced_call_header
+from goosedump.server.responses import ResponseEvents, responses_messages
+from goosedump.server.schemas import ResponsesBody
 
 try:
     import httpx
@@ -141,22 +143,22 @@ HARMONY_REPLY = ("<|channel|>analysis<|message|>The user wants the weather. ¡Ol
                  '{"city": "Paris"}')       # then <|call|>, which the engine does not pass on
 
 
-def feed_all(turn: Turn, tokens) -> list[tuple]:
+def feed_all(turn: ReplyStream, tokens) -> list[tuple]:
     events = []
     for t in tokens:
         events += turn.feed(t)
     return events + turn.close()
 
 
-def test_turn_splits_a_reply_like_reply_from_messages(tiny_model):
+def test_reply_stream_splits_a_reply_like_reply_from_messages(tiny_model):
     tok = tiny_model.tokenizer
     ids = tok.encode(HARMONY_REPLY, allow_special=True)
-    turn = Turn(tok)
+    turn = ReplyStream(tok)
     events = feed_all(turn, ids)
     parser = HarmonyParser(tok)
     for t in ids:
         parser.feed(t)
-    ref = chat.reply_from_messages(parser.close())
+    ref = reply_from_messages(parser.close())
     assert turn.content == ref.content == "Checking."
     assert turn.reasoning == ref.reasoning_content == "The user wants the weather. ¡Olé! 日本\nCall the tool."
     assert [c["function"] for c in turn.tool_calls] == [c["function"] for c in ref.tool_calls] == [
@@ -170,12 +172,12 @@ def test_turn_splits_a_reply_like_reply_from_messages(tiny_model):
     assert turn.reasoning_tokens > 0
 
 
-def test_turn_on_generated_tokens_equals_reply_from_messages(tiny_model):
+def test_reply_stream_on_generated_tokens_equals_reply_from_messages(tiny_model):
     """The random model's output (no harmony structure, split UTF-8) split the
     same way, streamed or not."""
     for n in (5, 60):
         r = tiny_model.chat(USER, max_tokens=n, sampling=GREEDY)
-        turn = Turn(tiny_model.tokenizer)
+        turn = ReplyStream(tiny_model.tokenizer)
         events = feed_all(turn, r.result.token_ids)
         assert (turn.content, turn.reasoning) == (r.reply.content, r.reply.reasoning_content)
         merged = {"content": "", "reasoning_content": ""}
@@ -187,7 +189,7 @@ def test_turn_on_generated_tokens_equals_reply_from_messages(tiny_model):
 
 def test_tool_call_reply_as_chat_message_and_stream(tiny_model):
     tok = tiny_model.tokenizer
-    turn = Turn(tok)
+    turn = ReplyStream(tok)
     events = feed_all(turn, tok.encode(HARMONY_REPLY, allow_special=True))
     msg = chat_message(turn)
     assert msg["role"] == "assistant" and msg["content"] == "Checking."
@@ -214,12 +216,12 @@ def test_tool_call_reply_as_chat_message_and_stream(tiny_model):
 def test_forced_tool_call_header_puts_the_parser_in_the_arguments(tiny_model):
     tok = tiny_model.tokenizer
     prefix = forced_call_header(tok, "get_weather")
-    turn = Turn(tok, prefix=prefix)
+    turn = ReplyStream(tok, prefix=prefix)
     events = feed_all(turn, tok.encode('{"city": "Oslo"}'))
     assert events[0][0] == "start" and events[0][1].kind == "tool_call"
     assert turn.tool_calls[0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
     # nothing generated after the header (a <|call|> at once): still one call, empty arguments
-    turn = Turn(tok, prefix=prefix)
+    turn = ReplyStream(tok, prefix=prefix)
     assert [w for w, _, _ in turn.close()] == ["start", "end"]
     assert turn.tool_calls[0]["function"] == {"name": "get_weather", "arguments": ""}
 
@@ -236,11 +238,11 @@ def test_stop_filter_holds_back_a_possible_stop():
     assert [f.push(p) for p in ["hel", "lo", " w"]] == ["he", "l", ""] and f.hit
 
 
-def test_turn_stop_string_cuts_content(tiny_model):
+def test_reply_stream_stop_string_cuts_content(tiny_model):
     tok = tiny_model.tokenizer
     text = ("<|channel|>analysis<|message|>think STOP here<|end|>"
             "<|start|>assistant<|channel|>final<|message|>Paris. STOP more")
-    turn = Turn(tok, stop=["STOP"])
+    turn = ReplyStream(tok, stop=["STOP"])
     events = []
     for t in tok.encode(text, allow_special=True):
         events += turn.feed(t)
@@ -261,7 +263,7 @@ def test_finish_reasons():
 
 def test_responses_events_have_the_official_shapes(tiny_model):
     tok = tiny_model.tokenizer
-    turn = Turn(tok)
+    turn = ReplyStream(tok)
     ev = ResponseEvents()
     sse = ev.items(feed_all(turn, tok.encode(HARMONY_REPLY, allow_special=True)))
     events = [json.loads(s.split("data: ", 1)[1]) for s in sse]

@@ -104,7 +104,7 @@ def test_inspect_json(tiny_path):
 
 
 def test_budget_smaller_than_the_experts_holds_whole_slots(tiny_model):
-    from goosedump.model import estimate_memory
+    from goosedump.layout import estimate_memory
     lay = tiny_model.layout
     m = estimate_memory(tiny_model.config, lay, 10 * lay.expert_slot_bytes + 5, 4096)
     assert not m.experts_in_place and m.expert_slots == 10

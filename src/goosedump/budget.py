@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Mapping
 
 ENV_EXPERT_CACHE = "GOOSEDUMP_EXPERT_CACHE_SIZE"
 DEFAULT_EXPERT_CACHE = "2G"
@@ -25,11 +26,11 @@ def parse_size(text: str, source: str) -> int:
     return n
 
 
-def expert_cache_budget(flag: str | None = None) -> int:
+def expert_cache_budget(flag: str | None = None, environ: Mapping[str, str] | None = None) -> int:
     """The expert cache budget: --expert-cache, else $GOOSEDUMP_EXPERT_CACHE_SIZE, else 2G."""
     if flag is not None:
         return parse_size(flag, "--expert-cache")
-    env = os.environ.get(ENV_EXPERT_CACHE)
+    env = (os.environ if environ is None else environ).get(ENV_EXPERT_CACHE)
     if env is not None:
         return parse_size(env, ENV_EXPERT_CACHE)
     return parse_size(DEFAULT_EXPERT_CACHE, "default")

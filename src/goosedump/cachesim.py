@@ -3,11 +3,10 @@
 A trace is the experts each token chose at each layer, in the order the
 engine asks for them: (token, layer, experts). The cache holds `slots`
 experts; a request for a layer's experts needs them all resident at once.
-Policies: LRU (what the store runs); LFU (use counts, oldest first among
-equals) and LFU with decay (counts halve every `slots` requests, so old
-popularity fades), the frequency-aware contenders; and Belady's oracle (evict
-the expert used furthest in the future: the best any policy could do on that
-trace).
+Policies: LRU; LFU (use counts, oldest first among equals) and LFU with
+decay (counts halve every `slots` requests, so old popularity fades: what the
+store runs, chosen on such traces); and Belady's oracle (evict the expert used
+furthest in the future: the best any policy could do on that trace).
 """
 from __future__ import annotations
 
@@ -104,3 +103,8 @@ def simulate(trace: Trace, slots: int, policy: str) -> dict:
     total = hits + misses
     return {"policy": policy, "slots": slots, "hits": hits, "misses": misses,
             "hit_rate": hits / total if total else 0.0}
+
+
+def belady_hit_rate(trace: Trace, slots: int) -> float:
+    """The best hit rate any eviction policy could reach on trace with slots."""
+    return simulate(trace, slots, "belady")["hit_rate"]

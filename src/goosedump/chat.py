@@ -1,5 +1,6 @@
-"""Conversations as OpenAI's API writes them, turned into prompt tokens, and
-the model's harmony output turned back into an OpenAI-style reply.
+"""Conversations as OpenAI's API writes them, turned into prompt tokens (the
+model's harmony output turns back into an OpenAI-style reply in
+goosedump.reply).
 
 How the prompt is rendered: a model whose vocabulary holds the harmony
 formatting tokens (every gpt-oss model does) is rendered by our harmony
@@ -27,12 +28,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from . import harmony
-from .harmony import Message, SystemContent, Tool
+from .harmony import FUNCTIONS, Message, SystemContent, Tool
 
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -122,7 +122,7 @@ def to_harmony(messages: Sequence[dict], opts: ChatOptions) -> list[Message]:
                 raise ChatError(f"{where}: a tool message needs a 'tool_call_id' of an earlier tool call "
                                 f"(got {m.get('tool_call_id')!r}) or a 'name'")
             body.append(Message("tool", _text(m.get("content"), where), channel="commentary",
-                                recipient="assistant", name=f"functions.{name}"))
+                                recipient="assistant", name=FUNCTIONS + name))
         else:
             raise ChatError(f"{where}: role must be system, developer, user, assistant or tool, got {role!r}")
     system = Message("system", harmony.system_text(
@@ -152,7 +152,7 @@ def _assistant(m: dict, where: str, call_names: dict[str, str]) -> list[Message]
             args = json.dumps(args, ensure_ascii=False)
         if call.get("id"):
             call_names[call["id"]] = fn["name"]
-        out.append(Message("assistant", args, channel="commentary", recipient=f"functions.{fn['name']}",
+        out.append(Message("assistant", args, channel="commentary", recipient=FUNCTIONS + fn["name"],
                            content_type="<|constrain|>json"))
     return out
 
@@ -207,66 +207,3 @@ def render_chat(tokenizer, template: str | None, messages: Sequence[dict], *, re
                             "(tokenizer.chat_template): use raw completion")
         return render_template(template, messages, opts, tokenizer)
     return harmony.Renderer(tokenizer).conversation(to_harmony(messages, opts))
-
-
-@dataclass
-class Reply:
-    """What the assistant said, split as OpenAI-compatible servers return it."""
-    content: str = ""
-    reasoning_content: str = ""
-    tool_calls: list[dict] = field(default_factory=list)
-    messages: list[harmony.Message] = field(default_factory=list)
-
-    def to_message(self) -> dict:
-        """The reply as an assistant message for the next turn's history."""
-        m: dict = {"role": "assistant", "content": self.content}
-        if self.reasoning_content:
-            m["reasoning_content"] = self.reasoning_content
-        if self.tool_calls:
-            m["tool_calls"] = self.tool_calls
-        return m
-
-
-def reply_from_messages(messages: Sequence[harmony.Message]) -> Reply:
-    """Analysis becomes reasoning_content; final (and commentary addressed to
-    no one, a preamble) becomes content; a message to functions.NAME becomes
-    a tool call."""
-    r = Reply(messages=list(messages))
-    content, reasoning = [], []
-    for m in messages:
-        if m.recipient and m.recipient.startswith("functions."):
-            r.tool_calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                                 "function": {"name": m.recipient[len("functions."):], "arguments": m.text}})
-        elif m.channel == "analysis":
-            reasoning.append(m.text)
-        elif m.role == "assistant":
-            content.append(m.text)
-    r.content, r.reasoning_content = "".join(content), "\n".join(reasoning)
-    return r
-
-
-class ChatStream:
-    """A chat turn's generation seen through the harmony parser. Iterating
-    gives harmony.Delta pieces; afterwards `.reply` holds the split reply and
-    `.result` the GenerationResult. `cancel()` stops it before the next token."""
-
-    def __init__(self, generation, tokenizer):
-        self.generation = generation
-        self.parser = harmony.HarmonyParser(tokenizer)
-        self.reply: Reply | None = None
-        self.result = None
-
-    def __iter__(self):
-        for token, _ in self.generation.events():
-            if token is not None:
-                d = self.parser.feed(token)
-                if d is not None:
-                    yield d
-        messages = self.parser.close()
-        if self.parser.unstreamed is not None:   # malformed output that could only be read at the end
-            yield self.parser.unstreamed
-        self.reply = reply_from_messages(messages)
-        self.result = self.generation.result
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        self.generation.cancel(reason)

@@ -24,6 +24,7 @@ expert, nothing is copied: experts are used in place from the memory map.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ from .gguf import GGMLType, GGUFFile
 
 PIECES = ("ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
           "ffn_down_exps.weight", "ffn_down_exps.bias")
+_NO_LOCK = contextlib.nullcontext()
 _PAGE = 4096  # O_DIRECT reads: file offsets, lengths and buffers aligned to this
 
 
@@ -82,6 +84,10 @@ class StoreStats:
     predicted: int = 0           # expert predictions made
     predicted_right: int = 0     # predictions that the layer's router then chose
 
+    def minus(self, start: "StoreStats") -> "StoreStats":
+        """The counts since `start` (an earlier copy of the same counters)."""
+        return StoreStats(**{k: v - getattr(start, k) for k, v in self.__dict__.items()})
+
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
         n = self.hits + self.misses
@@ -111,9 +117,8 @@ class _Slot:
 
 class ExpertStore:
     def __init__(self, f: GGUFFile, c: ModelConfig, budget: int, page_cache: bool = False,
-                 read_threads: int | None = None):
-        # Reads in flight at once: more keep the disk's queue fuller.
-        read_threads = read_threads or int(os.environ.get("GOOSEDUMP_READ_THREADS", "4"))
+                 read_threads: int = 4):
+        # read_threads: reads in flight at once (more keep the disk's queue fuller)
         self.file, self.config = f, c
         self.page_cache = page_cache
         self.stats = StoreStats()
@@ -403,8 +408,16 @@ class ExpertStore:
         """Bytes of experts the store holds in slots (0 in place)."""
         return 0 if self.in_place else len(self._index) * self.slot_bytes
 
-    def snapshot(self) -> dict:
-        d = self.stats.as_dict()
+    def counters(self) -> StoreStats:
+        """A copy of the counters since the store opened (they only grow)."""
+        with self._lock if not self.in_place else _NO_LOCK:
+            return StoreStats(**self.stats.__dict__)
+
+    def snapshot(self, since: StoreStats | None = None) -> dict:
+        """The counters (those since `since`, an earlier counters() copy) with
+        their rates and the store's shape."""
+        now = self.counters()
+        d = (now if since is None else now.minus(since)).as_dict()
         d.update(in_place=self.in_place, slots=self.n_slots, slot_bytes=self.slot_bytes, budget=self.budget,
                  direct_io=getattr(self, "direct", False))
         return d

@@ -1,94 +1,58 @@
-"""The generation loop: prefill, then one token at a time, greedy, until a
-stop condition says otherwise. The loop sees token ids only; text comes from
-the tokenizer's stream decoder as code points complete."""
+"""The one generation loop: a step function over rows.
+
+A `Generation` is one sequence in flight: its prompt, its KV cache, its
+sampler, the tokens so far and, once over, its result. The `Stepper` moves
+generations forward: `prefill` one (its first token comes from the prompt's
+last position), `decode` any number of them by one token each in a single
+batched forward pass. Picking the token (greedy or sampled), the stop
+conditions, the stream decoding of text and the result are written here
+once. `Model.generate` drives a batch of one as its consumer iterates; the
+server's Engine drives many from its worker thread (goosedump.engine). The
+loop sees token ids only; text comes from the tokenizer's stream decoder as
+code points complete. Profiling and routing traces are a probe of each step
+(goosedump.profiling.Recorder), not part of the model.
+"""
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from collections import defaultdict
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import profiling
-from .experts import StoreStats
-from .forward import ContextOverflowError, KVCache, Transformer
-from .profiling import ProcessSample
+from .kvcache import KVCache
+from .probe import NO_PROBE, Rows
+from .profiling import Recorder
+from .result import (STOP_CANCELLED, STOP_EOS, STOP_MAX_TOKENS, STOP_REPETITION, STOP_TIME_BUDGET,
+                     ContextOverflowError, GenerationResult, repetition_loop)
 from .sampling import GREEDY, SamplingParams, make_rng, sample
-from .tokenizer import Tokenizer
 
-# Stop reasons, as the result and the CLI's --json report them.
-STOP_EOS = "eos"                  # an end-of-generation token (<|return|>, <|call|>, <|endoftext|>)
-STOP_MAX_TOKENS = "max_tokens"
-STOP_REPETITION = "repetition"    # a repetition loop
-STOP_TIME_BUDGET = "time_budget"
-STOP_CANCELLED = "cancelled"      # the consumer stopped it (a client gone, Ctrl-C)
+__all__ = ["Generation", "GenerationResult", "Stepper", "ContextOverflowError", "check_prompt", "check_context",
+           "repetition_loop", "STOP_EOS", "STOP_MAX_TOKENS", "STOP_REPETITION", "STOP_TIME_BUDGET",
+           "STOP_CANCELLED"]
 
-# A repetition loop: the last tokens repeat a cycle of period 1..32 at least
-# 4 times and over at least 16 tokens, looked for in the last 128.
-LOOP_MAX_PERIOD, LOOP_MIN_REPEATS, LOOP_MIN_TOKENS, LOOP_WINDOW = 32, 4, 16, 128
+Event = tuple  # (token id, text piece), or (None, text) for the decoder's tail
+_DONE = object()
 
 
-@dataclass
-class GenerationResult:
-    text: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    stop_reason: str
-    prefill_seconds: float
-    decode_seconds: float
-    decode_steps: int = 0             # forward passes after the prefill
-    eos_token_id: int | None = None   # the end-of-generation token, when that was the stop
-    profile: dict | None = None       # with profile=True: seconds per part, per phase
-    expert_cache: dict | None = None  # the expert store's counters for this generation
-    cached_tokens: int = 0            # prompt tokens whose KV cache was reused, not recomputed
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
-
-    @property
-    def generated_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def prefill_tokens_per_s(self) -> float:
-        n = self.prompt_tokens - self.cached_tokens   # those the prefill computed
-        return n / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        # the first generated token comes from the prefill's logits
-        n = self.decode_steps
-        return n / self.decode_seconds if n > 0 and self.decode_seconds > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        d = {
-            "prompt_token_ids": self.prompt_token_ids, "token_ids": self.token_ids, "text": self.text,
-            "stop_reason": self.stop_reason, "prompt_tokens": self.prompt_tokens,
-            "generated_tokens": self.generated_tokens, "cached_tokens": self.cached_tokens,
-            "prefill_seconds": self.prefill_seconds,
-            "decode_seconds": self.decode_seconds, "prefill_tokens_per_s": self.prefill_tokens_per_s,
-            "decode_tokens_per_s": self.decode_tokens_per_s,
-        }
-        if self.profile is not None:
-            d["profile"] = self.profile
-        if self.expert_cache is not None:
-            d["expert_cache"] = self.expert_cache
-        return d
+def check_prompt(ids: Sequence[int], n_vocab: int) -> list[int]:
+    """Token ids as ints, each inside the vocabulary."""
+    ids = [int(t) for t in ids]
+    bad = [t for t in ids if not 0 <= t < n_vocab]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})")
+    return ids
 
 
-def repetition_loop(tokens: list[int]) -> bool:
-    """True when the tail of tokens is a loop (see LOOP_*)."""
-    tail = tokens[-LOOP_WINDOW:]
-    n = len(tail)
-    for period in range(1, min(LOOP_MAX_PERIOD, n // LOOP_MIN_REPEATS) + 1):
-        run = period  # the last `run` tokens have this period
-        while run < n and tail[n - 1 - run] == tail[n - 1 - run + period]:
-            run += 1
-        if run >= max(LOOP_MIN_TOKENS, LOOP_MIN_REPEATS * period):
-            return True
-    return False
+def check_context(n_prompt: int, max_tokens: int, n_ctx: int) -> None:
+    """Context overflow is an error before any work is done."""
+    if n_prompt == 0:
+        raise ValueError("the prompt is empty: nothing to continue from")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if n_prompt + max_tokens > n_ctx:
+        raise ContextOverflowError(n_prompt, max_tokens, n_ctx)
 
 
 def stop_after(generated: list[int], max_tokens: int, deadline: float | None, cancelled: str | None,
@@ -109,210 +73,244 @@ def stop_after(generated: list[int], max_tokens: int, deadline: float | None, ca
 
 
 class Generation:
-    """A running generation. Iterating gives text pieces (whole code points);
-    `events()` gives (token id, text piece) per generated token instead. The
-    consumer may `cancel(reason)` between items: the loop then ends with that
-    stop reason before the next forward pass. `.result` holds the
-    GenerationResult once the iteration ends. ignore_eos (benchmarks, as
-    llama-bench): run to max_tokens through end-of-generation tokens and
-    repetition loops."""
+    """One generation in flight. `events()` gives (token id, text piece) per
+    generated token (text pieces are whole code points; the decoder's tail
+    comes last as (None, text)); iterating gives the text pieces alone.
+    `cancel(reason)` from any thread stops it before its next token, with
+    that stop reason. `.result` holds the GenerationResult once it is over
+    (or `.error` what failed it).
 
-    def __init__(self, transformer: Transformer, tokenizer: Tokenizer, cache: KVCache, prompt: list[int],
-                 max_tokens: int, time_budget: float | None, profile: bool = False,
-                 sampling: SamplingParams = GREEDY, reuse_cache: bool = True, ignore_eos: bool = False):
-        sampling.check_vocab(transformer.config.n_vocab)
+    Driven by its consumer (Model.generate_stream: each step runs when the
+    consumer asks for more) or by an engine's worker thread (events queue up,
+    or go to `on_event(generation, event)` as they happen, then event None once
+    it is over)."""
+
+    def __init__(self, prompt: list[int], max_tokens: int, sampling: SamplingParams = GREEDY,
+                 time_budget: float | None = None, ignore_eos: bool = False, reuse_cache: bool = True,
+                 recorder: Recorder | None = None, on_event: Callable[["Generation", Event | None], None] | None = None,
+                 before_end: Callable[["Generation"], None] | None = None, id: int = 0):
+        self.prompt, self.max_tokens, self.sampling = prompt, max_tokens, sampling
+        self.time_budget, self.ignore_eos, self.reuse_cache = time_budget, ignore_eos, reuse_cache
+        self.recorder = recorder
+        self.probe = recorder or NO_PROBE
+        self.id = id
+        self.submitted = time.perf_counter()
+        self.started: float | None = None     # when its prefill began
         self.result: GenerationResult | None = None
+        self.error: BaseException | None = None
         self._cancel: str | None = None
-        self._events = self._run(transformer, tokenizer, cache, prompt, max_tokens, time_budget, profile,
-                                 sampling, reuse_cache, ignore_eos)
+        self._done = threading.Event()
+        self._on_event = on_event
+        self._before_end = before_end
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._drive: Callable[[Generation], None] | None = None   # set when its consumer drives it
+        # the loop's state
+        self.cache: KVCache | None = None
+        self.rng = make_rng(sampling)
+        self.prompt_arr = np.asarray(prompt, dtype=np.int64)
+        self.generated: list[int] = []
+        self.decoder = None
+        self.cached = 0
+        self.steps = 0
+        self.compute_seconds = 0.0            # decode's forward passes and picks
+        self.t_prefill = 0.0
+        self.deadline: float | None = None
+        self.next: int | None = None          # the token to feed at the next step
+        self.store_start = None
 
-    def events(self) -> Iterator[tuple[int | None, str]]:
-        return self._events
-
-    def __iter__(self) -> Iterator[str]:
-        return self
-
-    def __next__(self) -> str:
-        for _, piece in self._events:
-            if piece:
-                return piece
-        raise StopIteration
-
+    # -- for the consumer
     def cancel(self, reason: str = STOP_CANCELLED) -> None:
         self._cancel = reason
 
-    def _run(self, tr: Transformer, tok: Tokenizer, cache: KVCache, prompt: list[int], max_tokens: int,
-             time_budget: float | None, profile: bool, sampling: SamplingParams,
-             reuse_cache: bool, ignore_eos: bool) -> Iterator[tuple[int | None, str]]:
-        rec = _Recorder(tr, profile)
-        t0 = time.perf_counter()
-        deadline = None if time_budget is None else t0 + time_budget
+    @property
+    def cancelled(self) -> str | None:
+        return self._cancel
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def events(self) -> Iterator[Event]:
+        if self._on_event is not None:
+            raise RuntimeError("this generation's events go to its on_event callback")
+        while True:
+            if self._drive is not None and self._queue.empty() and not self.done:
+                self._drive(self)
+                continue
+            item = self._queue.get()
+            if item is _DONE:
+                if self.error is not None:
+                    raise self.error
+                return
+            yield item
+
+    def __iter__(self) -> Iterator[str]:
+        return (piece for _, piece in self.events() if piece)
+
+    def wait(self) -> GenerationResult:
+        for _ in self.events():
+            pass
+        assert self.result is not None
+        return self.result
+
+    # -- for the stepper
+    def emit(self, event: Event) -> None:
+        if self._on_event is not None:
+            self._on_event(self, event)
+        else:
+            self._queue.put(event)
+
+    def end(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        if self._before_end is not None:
+            self._before_end(self)
+        self._done.set()
+        if self._on_event is not None:
+            self._on_event(self, None)
+        else:
+            self._queue.put(_DONE)
+
+
+class Stepper:
+    """The step function over rows, for one model."""
+
+    def __init__(self, transformer, tokenizer, n_ctx: int):
+        self.tr, self.tok, self.n_ctx = transformer, tokenizer, n_ctx
+        self.store = transformer.store
+
+    def new(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams | None = None, *,
+            profile: bool = False, record_routing: bool = False, **kw) -> Generation:
+        """A validated generation, not yet started. Bad input (an empty prompt,
+        one that does not fit the context, token ids or a logit bias outside
+        the vocabulary) raises here."""
+        c = self.tr.config
+        ids = check_prompt(prompt, c.n_vocab)
+        check_context(len(ids), max_tokens, self.n_ctx)
+        sampling = sampling or GREEDY
+        sampling.check_vocab(c.n_vocab)
+        recorder = Recorder(c, self.store, profile, record_routing) if profile or record_routing else None
+        return Generation(ids, max_tokens, sampling, recorder=recorder, **kw)
+
+    def drive(self, gen: Generation, cache: KVCache) -> Generation:
+        """Let gen's consumer run it on this thread, one step per request for
+        more events."""
+        def step(g: Generation) -> None:
+            try:
+                if g.started is None:
+                    self.prefill(g, cache)
+                elif g.cancelled is not None:
+                    self.finish(g, g.cancelled)
+                else:
+                    self.decode([g])
+            except BaseException as e:
+                if not g.done:
+                    g.end(None, e)
+                raise
+        gen._drive = step
+        return gen
+
+    # -- the steps
+    def prefill(self, gen: Generation, cache: KVCache) -> bool:
+        """Run gen's prompt (past what its cache already holds) and deliver its
+        first token; False if it is over."""
+        gen.started = t0 = time.perf_counter()
+        gen.deadline = None if gen.time_budget is None else t0 + gen.time_budget
+        gen.cache, gen.decoder = cache, self.tok.stream_decoder()
+        gen.store_start = None if self.store is None else self.store.counters()
+        if gen.cancelled is not None:      # cancelled while it waited: nothing is computed
+            gen.t_prefill = t0
+            self.finish(gen, gen.cancelled)
+            return False
         # A new turn of a conversation: keep the cached positions of the prefix
         # this prompt shares with what the cache holds (at least one token is
         # always run, for its logits).
-        reused = cache.reuse(prompt) if reuse_cache else cache.truncate(0)
-        rng = make_rng(sampling)
-        prompt_arr = np.asarray(prompt, dtype=np.int64)
-        generated: list[int] = []
+        gen.cached = cache.reuse(gen.prompt) if gen.reuse_cache else cache.truncate(0)
+        if gen.recorder is not None:
+            gen.recorder.phase("prefill")
+        x = self.tr.forward(gen.prompt_arr[gen.cached:], cache, gen.probe, last_only=True)
+        token = self.pick([gen], x, gen.probe)[0]
+        cache.save_window()                # lets the next turn rewind to this prompt's end
+        gen.t_prefill = time.perf_counter()
+        if gen.recorder is not None:
+            gen.recorder.phase("decode")
+        return self.accept(gen, token)
 
-        def next_token(tokens: np.ndarray) -> int:
-            if sampling.plain_greedy:
-                token, _ = tr.forward(tokens, cache, logits="argmax")
-                return int(token)
-            logits = tr.forward(tokens, cache, logits="last")
-            return sample(logits, sampling, rng, prompt_arr, np.asarray(generated, dtype=np.int64))
+    def decode(self, gens: list[Generation]) -> list[Generation]:
+        """One token for each of gens, in one forward pass; returns those that
+        go on. A cancelled one ends first, before anything is computed."""
+        live = []
+        for g in gens:
+            if g.cancelled is not None:
+                self.finish(g, g.cancelled)
+            else:
+                live.append(g)
+        if not live:
+            return []
+        t0 = time.perf_counter()
+        probe = live[0].probe if len(live) == 1 else Rows([g.probe for g in live])
+        x = self.tr.forward_multi(np.array([g.next for g in live]), [g.cache for g in live], probe)
+        tokens = self.pick(live, x, probe)
+        dt = time.perf_counter() - t0
+        still = []
+        for g, token in zip(live, tokens):
+            g.steps += 1
+            g.compute_seconds += dt
+            if g.recorder is not None:
+                g.recorder.token(token, dt)
+            if self.accept(g, token):
+                still.append(g)
+        return still
 
-        decoder = tok.stream_decoder()
-        eos_id, steps = None, 0
-        rec.phase("prefill")
-        token = next_token(prompt_arr[reused:])
-        cache.save_window()           # lets the next turn rewind to this prompt's end
-        t_prefill = time.perf_counter()
-        rec.phase("decode")
-        t_decode_compute = 0.0  # forward passes only, for the profile's split
-        while True:
-            if token in tok.eog_ids and not ignore_eos:
-                stop, eos_id = STOP_EOS, token
-                break
-            generated.append(token)
-            yield token, decoder.add(token)
-            stop = stop_after(generated, max_tokens, deadline, self._cancel, loops=not ignore_eos)
-            if stop is not None:
-                break
-            t_step = time.perf_counter()
-            token = next_token(np.asarray([token]))
-            dt = time.perf_counter() - t_step
-            t_decode_compute += dt
-            steps += 1
-            rec.token(token, dt)
-        tail = decoder.flush()
+    def pick(self, gens: list[Generation], x: np.ndarray, probe) -> list[int]:
+        """The next token of each row of x [B, D]: greedy by the head's fused
+        argmax when no row changes its logits, else from the logits."""
+        head = self.tr.head
+        with probe.timer("output_head"):
+            if all(g.sampling.plain_greedy for g in gens):
+                return [int(t) for t in head.argmax(x)]
+            logits = head.logits(x)                                             # [B, V]
+        out = []
+        for g, row in zip(gens, logits):
+            if g.sampling.plain_greedy:
+                out.append(int(np.argmax(row)))
+            else:
+                out.append(sample(row, g.sampling, g.rng, g.prompt_arr, np.asarray(g.generated, dtype=np.int64)))
+        return out
+
+    def accept(self, gen: Generation, token: int) -> bool:
+        """Deliver a token; True while the generation goes on."""
+        if token in self.tok.eog_ids and not gen.ignore_eos:
+            self.finish(gen, STOP_EOS, eos=token)
+            return False
+        gen.generated.append(token)
+        gen.emit((token, gen.decoder.add(token)))
+        stop = stop_after(gen.generated, gen.max_tokens, gen.deadline, gen.cancelled, loops=not gen.ignore_eos)
+        if stop is not None:
+            self.finish(gen, stop)
+            return False
+        gen.next = token
+        return True
+
+    def finish(self, gen: Generation, stop: str, eos: int | None = None) -> None:
+        tail = gen.decoder.flush() if gen.decoder is not None else ""
         if tail:
-            yield None, tail
+            gen.emit((None, tail))
         t_end = time.perf_counter()
-        report, cache_stats = rec.finish(len(prompt) - reused, steps, t_prefill - t0, t_decode_compute,
-                                         len(prompt) + len(generated))
-        self.result = GenerationResult(
-            text=tok.decode(generated), prompt_token_ids=list(map(int, prompt)), token_ids=generated,
-            stop_reason=stop, prefill_seconds=t_prefill - t0, decode_seconds=t_end - t_prefill,
-            decode_steps=steps, eos_token_id=eos_id, profile=report, expert_cache=cache_stats,
-            cached_tokens=reused)
-
-
-class _Recorder:
-    """What a generation records besides its tokens: the expert store's
-    counters always; with profiling, time per part of the forward pass,
-    process figures and routing per phase, and per decode token its time,
-    read stalls and cache hits (the schema goosedump.plot reads)."""
-
-    def __init__(self, tr: Transformer, profile: bool):
-        self.tr, self.profile = tr, profile
-        self.store = tr.store
-        if self.store is not None:
-            self.store.stats = StoreStats()   # counters for this generation
-        self.own_routing = profile and tr.routing is None
-        if self.own_routing:
-            tr.routing = []                   # this generation's routing, for the profile
-        self.parts = {"prefill": defaultdict(float), "decode": defaultdict(float)}
-        self.samples: list[tuple[str, ProcessSample, int, dict | None]] = []
-        self.tokens: list[dict] = []
-
-    def _counters(self) -> dict | None:
-        return dict(self.store.stats.__dict__) if self.store is not None else None
-
-    def phase(self, name: str) -> None:
-        if self.profile:
-            self.tr.timings = self.parts[name]
-            self.samples.append((name, profiling.sample(), len(self.tr.routing), self._counters()))
-            self._last = self._counters()
-
-    def token(self, token: int, seconds: float) -> None:
-        if not self.profile:
-            return
-        now = self._counters() or {}
-        last = self._last or {}
-        d = {k: now.get(k, 0) - last.get(k, 0) for k in ("stall_seconds", "hits", "misses")}
-        stall = min(max(d["stall_seconds"], 0.0), seconds)
-        self.tokens.append({"index": len(self.tokens), "token_id": int(token), "seconds": seconds,
-                            "compute_seconds": seconds - stall, "stall_seconds": stall,
-                            "hits": int(d["hits"]), "misses": int(d["misses"])})
-        self._last = now
-
-    def finish(self, prefill_tokens: int, steps: int, prefill_s: float, decode_s: float, total_tokens: int):
-        tr, store = self.tr, self.store
-        tr.timings = None
         cache_stats = None
-        if store is not None:
-            cache_stats = store.snapshot()
-            cache_stats["bytes_read_per_token"] = cache_stats["bytes_read"] / total_tokens if total_tokens else 0.0
-            if self.profile and not store.in_place and tr.routing is not None:
-                from .cachesim import simulate
-                cache_stats["belady_hit_rate"] = simulate(tr.routing_trace(), store.n_slots, "belady")["hit_rate"]
-        report = None
-        if self.profile:
-            report = self._report(prefill_tokens, steps, prefill_s, decode_s, cache_stats)
-        if self.own_routing:
-            tr.routing = None
-        return report, cache_stats
-
-    def _report(self, prefill_tokens, steps, prefill_s, decode_s, cache_stats) -> dict:
-        c, tr = self.tr.config, self.tr
-        end = (None, profiling.sample(), len(tr.routing), self._counters())
-        marks = self.samples + [end]
-        routing = routing_array(tr.routing, c.n_layer, c.n_expert_used)
-        phases = {}
-        for (name, s0, r0, c0), (_, s1, r1, c1) in zip(marks, marks[1:]):
-            tokens, seconds = (prefill_tokens, prefill_s) if name == "prefill" else (steps, decode_s)
-            sel = routing_array(tr.routing[r0:r1], c.n_layer, c.n_expert_used)
-            stats = profiling.routing_stats(sel, c.n_layer, c.n_expert)
-            stats.pop("counts")
-            phase_cache = None
-            if c0 is not None and not self.store.in_place:
-                n = {k: c1[k] - c0[k] for k in ("hits", "misses", "bytes_read", "stall_seconds",
-                                                 "predicted", "predicted_right")}
-                n["hit_rate"] = n["hits"] / (n["hits"] + n["misses"]) if n["hits"] + n["misses"] else 0.0
-                n["prefetch_accuracy"] = n["predicted_right"] / n["predicted"] if n["predicted"] else 0.0
-                phase_cache = n
-            stats["hit_rate"] = phase_cache["hit_rate"] if phase_cache else 1.0
-            stats["prefetch_accuracy"] = phase_cache["prefetch_accuracy"] if phase_cache else None
-            phases[name] = {**profiling.phase_stats(s0, s1), "tokens": tokens, "routing": stats,
-                            "expert_cache": phase_cache, "split": profile_split(self.parts[name], seconds, tokens)}
-        return {"version": 1, "n_layer": c.n_layer, "n_expert": c.n_expert, "n_expert_used": c.n_expert_used,
-                "phases": phases,
-                "routing_counts": profiling.routing_stats(routing, c.n_layer, c.n_expert)["counts"],
-                "decode_tokens": self.tokens, "expert_cache": cache_stats}
-
-
-def routing_array(rows, n_layer: int, k: int) -> np.ndarray:
-    """Recorded (first position, layer, top [T, k]) rows as one array of
-    expert ids [tokens, layers, k], tokens in order."""
-    batches: dict[int, dict[int, np.ndarray]] = defaultdict(dict)
-    for pos0, layer, top in rows:
-        batches[pos0][layer] = top
-    parts = [np.stack([b[i] for i in range(n_layer)], axis=1) for _, b in sorted(batches.items())
-             if len(b) == n_layer]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, n_layer, k), np.int64)
-
-
-PROFILE_PARTS = ("attn_proj", "attention", "router", "experts", "output_head")
-
-
-def profile_split(parts: dict, total: float, tokens: int) -> dict:
-    """Seconds per part and per token; "other" is what no part accounts for
-    (Python orchestration, norms, RoPE, embeddings), so the parts add up to
-    the measured total."""
-    named = {p: float(parts.get(p, 0.0)) for p in PROFILE_PARTS}
-    named["other"] = max(0.0, total - sum(named.values()))
-    return {"total_seconds": total, "tokens": tokens, "seconds": named,
-            "ms_per_token": {p: 1000 * v / tokens for p, v in named.items()} if tokens else {}}
-
-
-def check_context(n_prompt: int, max_tokens: int, n_ctx: int) -> None:
-    """Context overflow is an error before any work is done."""
-    if n_prompt == 0:
-        raise ValueError("the prompt is empty: nothing to continue from")
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-    if n_prompt + max_tokens > n_ctx:
-        raise ContextOverflowError(
-            f"the prompt ({n_prompt} tokens) plus max_tokens ({max_tokens}) exceeds the context of "
-            f"{n_ctx} tokens: raise the context (--ctx) or lower max_tokens (--max-tokens)")
+        if self.store is not None and gen.store_start is not None:
+            cache_stats = self.store.snapshot(since=gen.store_start)
+            total = len(gen.prompt) + len(gen.generated)
+            cache_stats["bytes_read_per_token"] = cache_stats["bytes_read"] / total if total else 0.0
+        rec, report = gen.recorder, None
+        if rec is not None:
+            if cache_stats is not None and not self.store.in_place:
+                from .cachesim import belady_hit_rate
+                cache_stats["belady_hit_rate"] = belady_hit_rate(rec.trace(), self.store.n_slots)
+            if rec.profile:
+                report = rec.report(len(gen.prompt) - gen.cached, gen.steps, gen.t_prefill - gen.started,
+                                    gen.compute_seconds, cache_stats)
+        gen.end(GenerationResult(
+            text=self.tok.decode(gen.generated), prompt_token_ids=list(gen.prompt), token_ids=gen.generated,
+            stop_reason=stop, prefill_seconds=gen.t_prefill - gen.started, decode_seconds=t_end - gen.t_prefill,
+            decode_steps=gen.steps, eos_token_id=eos, profile=report, expert_cache=cache_stats,
+            cached_tokens=gen.cached, routing=rec.trace() if rec is not None else None))

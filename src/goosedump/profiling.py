@@ -11,10 +11,13 @@ import os
 import resource
 import sys
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 import psutil
+
+from .probe import PARTS, Probe
 
 
 @dataclass(frozen=True)
@@ -123,3 +126,109 @@ def routing_stats(selections, n_layer: int, n_expert: int) -> dict:
         "unique_experts_per_layer": used.sum(axis=1).tolist(),
         "counts": counts.tolist(),
     }
+
+
+# --- a generation's recording ---------------------------------------------------
+
+class Recorder(Probe):
+    """What a generation records besides its tokens, as a probe of its forward
+    passes. With `profile`: time per part of the pass, process figures,
+    routing and expert cache counters per phase, and per decode token its
+    time, read stalls and cache hits (the schema goosedump.plot reads). With
+    `profile` or `routing`: the routing trace (token position, layer,
+    experts), and Belady's hit rate on it when experts stream."""
+
+    def __init__(self, config, store, profile: bool = False, routing: bool = False):
+        self.config, self.store, self.profile = config, store, profile
+        self.timing = profile
+        self.routing: list[tuple[int, int, np.ndarray]] = []     # (first position, layer, top [T, k])
+        self.parts = {"prefill": defaultdict(float), "decode": defaultdict(float)}
+        self._current = self.parts["prefill"]
+        self.marks: list[tuple[str, ProcessSample, int, dict | None]] = []
+        self.tokens: list[dict] = []
+        self._last: dict | None = None
+
+    # -- the probe
+    def add_time(self, part: str, seconds: float) -> None:
+        self._current[part] += seconds
+
+    def on_route(self, layer: int, top: np.ndarray, spans) -> None:
+        for pos0, r0, r1 in spans:
+            self.routing.append((pos0, layer, top[r0:r1]))
+
+    # -- the generation's steps
+    def _counters(self) -> dict | None:
+        return None if self.store is None else dict(self.store.counters().__dict__)
+
+    def phase(self, name: str) -> None:
+        if self.profile:
+            self._current = self.parts[name]
+            self._last = self._counters()
+            self.marks.append((name, sample(), len(self.routing), self._last))
+
+    def token(self, token: int, seconds: float) -> None:
+        if not self.profile:
+            return
+        now = self._counters() or {}
+        last = self._last or {}
+        d = {k: now.get(k, 0) - last.get(k, 0) for k in ("stall_seconds", "hits", "misses")}
+        stall = min(max(d["stall_seconds"], 0.0), seconds)
+        self.tokens.append({"index": len(self.tokens), "token_id": int(token), "seconds": seconds,
+                            "compute_seconds": seconds - stall, "stall_seconds": stall,
+                            "hits": int(d["hits"]), "misses": int(d["misses"])})
+        self._last = now
+
+    def trace(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        """The recorded routing as (token position, layer, experts) rows, in
+        the order the experts were asked for."""
+        return [(pos0 + t, layer, tuple(int(e) for e in top[t]))
+                for pos0, layer, top in self.routing for t in range(len(top))]
+
+    def report(self, prefill_tokens: int, steps: int, prefill_s: float, decode_s: float,
+               cache_stats: dict | None) -> dict:
+        c, store = self.config, self.store
+        streamed = store is not None and not store.in_place
+        end = (None, sample(), len(self.routing), self._counters())
+        marks = self.marks + [end]
+        phases = {}
+        for (name, s0, r0, c0), (_, s1, r1, c1) in zip(marks, marks[1:]):
+            tokens, seconds = (prefill_tokens, prefill_s) if name == "prefill" else (steps, decode_s)
+            sel = routing_array(self.routing[r0:r1], c.n_layer, c.n_expert_used)
+            stats = routing_stats(sel, c.n_layer, c.n_expert)
+            stats.pop("counts")
+            phase_cache = None
+            if c0 is not None and streamed:
+                n = {k: c1[k] - c0[k] for k in ("hits", "misses", "bytes_read", "stall_seconds",
+                                                 "predicted", "predicted_right")}
+                n["hit_rate"] = n["hits"] / (n["hits"] + n["misses"]) if n["hits"] + n["misses"] else 0.0
+                n["prefetch_accuracy"] = n["predicted_right"] / n["predicted"] if n["predicted"] else 0.0
+                phase_cache = n
+            stats["hit_rate"] = phase_cache["hit_rate"] if phase_cache else 1.0
+            stats["prefetch_accuracy"] = phase_cache["prefetch_accuracy"] if phase_cache else None
+            phases[name] = {**phase_stats(s0, s1), "tokens": tokens, "routing": stats,
+                            "expert_cache": phase_cache, "split": profile_split(self.parts[name], seconds, tokens)}
+        routing = routing_array(self.routing, c.n_layer, c.n_expert_used)
+        return {"version": 1, "n_layer": c.n_layer, "n_expert": c.n_expert, "n_expert_used": c.n_expert_used,
+                "phases": phases, "routing_counts": routing_stats(routing, c.n_layer, c.n_expert)["counts"],
+                "decode_tokens": self.tokens, "expert_cache": cache_stats}
+
+
+def routing_array(rows, n_layer: int, k: int) -> np.ndarray:
+    """Recorded (first position, layer, top [T, k]) rows as one array of
+    expert ids [tokens, layers, k], tokens in order."""
+    batches: dict[int, dict[int, np.ndarray]] = defaultdict(dict)
+    for pos0, layer, top in rows:
+        batches[pos0][layer] = top
+    parts = [np.stack([b[i] for i in range(n_layer)], axis=1) for _, b in sorted(batches.items())
+             if len(b) == n_layer]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, n_layer, k), np.int64)
+
+
+def profile_split(parts: dict, total: float, tokens: int) -> dict:
+    """Seconds per part and per token; "other" is what no part accounts for
+    (Python orchestration, norms, RoPE, embeddings), so the parts add up to
+    the measured total."""
+    named = {p: float(parts.get(p, 0.0)) for p in PARTS}
+    named["other"] = max(0.0, total - sum(named.values()))
+    return {"total_seconds": total, "tokens": tokens, "seconds": named,
+            "ms_per_token": {p: 1000 * v / tokens for p, v in named.items()} if tokens else {}}

@@ -1,17 +1,12 @@
-"""`goosedump chat`: an interactive conversation in the terminal, and the
-printer that `run` shares with it (reasoning dimmed on stderr, the answer on
-stdout, tool calls named)."""
+"""`goosedump chat`: an interactive conversation in the terminal (the reply
+printed by goosedump.terminal, as `run` prints it)."""
 from __future__ import annotations
 
 import json
-import signal
 import sys
-from contextlib import contextmanager
 
 from .chat import ChatError
-from .harmony import Delta
-
-DIM, RESET = "\x1b[2m", "\x1b[0m"
+from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply
 
 HELP = """commands:
   /effort low|medium|high   set the reasoning effort
@@ -21,71 +16,6 @@ HELP = """commands:
   /reasoning on|off         show or hide the model's reasoning
   /help                     this list
   /quit                     leave (or Ctrl-D); Ctrl-C stops the current answer"""
-
-
-class ReplyPrinter:
-    """Writes deltas as they stream: the answer (final, or text outside any
-    channel) to `out`; reasoning to `err`, dimmed when `err` is a terminal,
-    or not at all when hidden; a tool call's arguments after its name."""
-
-    def __init__(self, out=sys.stdout, err=sys.stderr, show_reasoning: bool = True, color: bool | None = None):
-        self.out, self.err, self.show_reasoning = out, err, show_reasoning
-        self.color = err.isatty() if color is None else color
-        self._where: tuple | None = None     # (channel, recipient) of the text being written
-
-    def __call__(self, d: Delta) -> None:
-        where = (d.channel, d.recipient)
-        if d.recipient and d.recipient.startswith("functions."):
-            if where != self._where:
-                self._close()
-                self.err.write(f"[tool call] {d.recipient[len('functions.'):]}(")
-            self.err.write(d.text)
-        elif d.channel == "analysis":
-            if not self.show_reasoning:
-                return
-            if where != self._where:
-                self._close()
-                if self.color:
-                    self.err.write(DIM)
-                else:
-                    self.err.write("[reasoning] ")
-            self.err.write(d.text)
-        else:
-            if where != self._where:
-                self._close()
-            self.out.write(d.text)
-            self.out.flush()
-        self._where = where
-        self.err.flush()
-
-    def _close(self) -> None:
-        """End what the previous channel wrote (a dim run, a call's paren)."""
-        if self._where is None:
-            return
-        channel, recipient = self._where
-        if recipient and recipient.startswith("functions."):
-            self.err.write(")\n")
-        elif channel == "analysis" and self.show_reasoning:
-            self.err.write((RESET if self.color else "") + "\n")
-        self._where = None
-
-    def finish(self) -> None:
-        self._close()
-        self.out.flush()
-        self.err.flush()
-
-
-@contextmanager
-def ctrl_c_cancels(stream):
-    """While an answer streams, Ctrl-C asks it to stop before its next token
-    (the model's state stays consistent) instead of raising mid-computation."""
-    def handler(signum, frame):
-        stream.cancel("interrupted")
-    old = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 class ChatSession:
@@ -108,11 +38,7 @@ class ChatSession:
             self.history.pop()
             self.err.write(f"error: {e}\n")
             return
-        printer = ReplyPrinter(self.out, self.err, self.show_reasoning)
-        with ctrl_c_cancels(stream):
-            for d in stream:
-                printer(d)
-        printer.finish()
+        print_reply(stream, ReplyPrinter(self.out, self.err, self.show_reasoning), interruptible=True)
         r = stream.result
         self.history.append(stream.reply.to_message())
         note = " [stopped]" if r.stop_reason == "interrupted" else ""
@@ -122,7 +48,6 @@ class ChatSession:
                        f"({r.cached_tokens} cached), stop: {r.stop_reason}]{note}"
                        f"{RESET if self.err.isatty() else ''}\n")
         if self.profile:
-            from .cli import print_cache, print_profile
             print_profile(r.profile, out=self.err)
             print_cache(r.expert_cache, out=self.err)
         self.out.flush()

@@ -3,7 +3,7 @@ weights.
 
 The metadata keys, their types and order, and the tensor names, types, dims
 and order follow ggml-org's gpt-oss-20b-mxfp4.gguf (llama.cpp's converter
-followed by llama-quantize MXFP4_MOE): see docs/synthetic-models.md. Weights
+followed by llama-quantize MXFP4_MOE): `metadata` and `tensors` below list them. Weights
 are drawn so that every matrix keeps activations near unit scale, which keeps
 a forward pass finite. Tensors are generated and written one expert slice at
 a time, so memory stays bounded even for 120b.

@@ -1,0 +1,99 @@
+"""The KV cache: fp16 keys and values per layer, the token ids they hold, and
+rewinding to a shared prefix (a conversation's next turn prefills only what
+is new)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .config import ModelConfig
+
+# Tokens per forward batch in a prefill: a sliding layer's ring must hold every
+# position a batch's queries can read.
+PREFILL_BATCH = 128
+
+
+def kv_positions(c: ModelConfig, layer: int, n_ctx: int) -> int:
+    """Positions a layer's KV cache holds: sliding layers a ring of window +
+    PREFILL_BATCH - 1 (every position a batch's queries can read), full
+    layers the whole context."""
+    return min(n_ctx, c.sliding_window + PREFILL_BATCH - 1) if c.is_sliding(layer) else n_ctx
+
+
+class KVCache:
+    """fp16 keys and values per layer. Sliding layers keep a ring of
+    window + PREFILL_BATCH - 1 positions (all a batch's queries can read);
+    full layers keep the whole context. `n` positions are filled, by the
+    token ids in `tokens`."""
+
+    def __init__(self, c: ModelConfig, n_ctx: int):
+        self.n_ctx = n_ctx
+        self.k, self.v = [], []
+        for i in range(c.n_layer):
+            cap = kv_positions(c, i, n_ctx)
+            self.k.append(np.zeros((cap, c.n_head_kv, c.head_dim), np.float16))
+            self.v.append(np.zeros((cap, c.n_head_kv, c.value_dim), np.float16))
+        # (layer, window) of the layers whose ring is shorter than the context
+        self.rings = [(i, c.sliding_window) for i in range(c.n_layer) if len(self.k[i]) < n_ctx]
+        self.n = 0
+        self.tokens: list[int] = []
+        self._saved: tuple[int, list] | None = None
+
+    def advance(self, tokens) -> None:
+        """The positions just written (from n on) hold these tokens."""
+        self.n += len(tokens)
+        self.tokens.extend(int(t) for t in tokens)
+
+    def reset(self) -> None:
+        self.truncate(0)
+
+    def _rings_hold(self, p: int, n: int) -> bool:
+        """Would the rings, filled up to n, still hold every position a query
+        at p reads (the window before it)?"""
+        return all(max(0, p - w + 1) >= max(0, n - len(self.k[i])) for i, w in self.rings)
+
+    def save_window(self) -> None:
+        """Copy the rings as they are now (small: a window per sliding layer),
+        so that a later turn can rewind to this point even after decoding has
+        wrapped the rings."""
+        self._saved = (self.n, [(i, self.k[i].copy(), self.v[i].copy()) for i, _ in self.rings])
+
+    def _restorable(self, p: int) -> bool:
+        return self._saved is not None and p <= self._saved[0] and self._rings_hold(p, self._saved[0])
+
+    def truncate(self, p: int) -> int:
+        """Keep the first p positions if the cache can; returns how many it kept
+        (p, or 0 when a ring has lost what position p needs)."""
+        p = max(0, min(p, self.n))
+        if not self._rings_hold(p, self.n):
+            if self._restorable(p):
+                for i, k, v in self._saved[1]:
+                    self.k[i][...] = k
+                    self.v[i][...] = v
+            else:
+                p = 0
+        if self._saved is not None and p < self._saved[0]:
+            self._saved = None       # positions after p will be rewritten by other tokens
+        self.n = p
+        del self.tokens[p:]
+        return p
+
+    def shared_prefix(self, prompt, limit: int | None = None) -> int:
+        """How many leading tokens of prompt (at most limit) the cache holds."""
+        n = min(len(self.tokens), len(prompt) if limit is None else limit)
+        cached = np.asarray(self.tokens[:n], dtype=np.int64)
+        differ = np.flatnonzero(cached != np.asarray(prompt[:n], dtype=np.int64))
+        return int(differ[0]) if len(differ) else n
+
+    def reuse(self, prompt) -> int:
+        """Keep the longest cached prefix of prompt that the cache can rewind
+        to, always leaving at least one prompt token to run; returns its length."""
+        common = self.shared_prefix(prompt, len(prompt) - 1)
+        if self._rings_hold(common, self.n) or self._restorable(common):
+            return self.truncate(common)
+        if self._saved is not None and self._saved[0] < common and self._restorable(self._saved[0]):
+            return self.truncate(self._saved[0])   # the saved point lies within the shared prefix
+        return self.truncate(0)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)

@@ -1,0 +1,71 @@
+"""Runtime settings, read once from flags and the environment into one frozen
+object that the model, the forward pass and the expert store are given.
+Nothing else reads the environment for these.
+
+| setting       | flag             | environment                   | default             |
+|---------------|------------------|-------------------------------|---------------------|
+| threads       | --threads        |                               | one per core        |
+| expert_cache  | --expert-cache   | GOOSEDUMP_EXPERT_CACHE_SIZE   | 2G                  |
+| page_cache    | --page-cache     |                               | off (direct reads)  |
+| activations   |                  | GOOSEDUMP_ACTIVATIONS         | i16                 |
+| read_threads  |                  | GOOSEDUMP_READ_THREADS        | 4                   |
+| prefetch      |                  |                               | on                  |
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from .budget import SizeError, expert_cache_budget
+
+ENV_ACTIVATIONS = "GOOSEDUMP_ACTIVATIONS"
+ENV_READ_THREADS = "GOOSEDUMP_READ_THREADS"
+# Precision of activations inside quantized products (csrc/matmul.h): "i16"
+# (chosen by benchmarks/activation_precision.py: within a factor 2-4 of fp32's
+# agreement with the reference, at 1.5-2.4x its speed) or "f32".
+ACTIVATIONS = ("i16", "f32")
+
+
+@dataclass(frozen=True)
+class Options:
+    expert_cache: int = 2 << 30   # bytes of expert slots; covering every expert: used in place
+    threads: int | None = None    # kernel threads; None: leave the pool as it is (one per core), 0: one per core
+    page_cache: bool = False      # read experts through the OS page cache and leave them there
+    prefetch: bool = True         # read the next layer's likely experts while this one computes
+    activations: str = "i16"
+    read_threads: int = 4         # expert reads in flight at once
+
+    def __post_init__(self):
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got {self.activations!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 0):
+            raise ValueError(f"threads must be 0 (one per core) or more, got {self.threads!r}")
+        if not isinstance(self.read_threads, int) or self.read_threads < 1:
+            raise ValueError(f"read_threads must be at least 1, got {self.read_threads!r}")
+        if not isinstance(self.expert_cache, int) or self.expert_cache < 1:
+            raise ValueError(f"expert_cache must be a positive number of bytes, got {self.expert_cache!r}")
+
+    @classmethod
+    def from_env(cls, *, expert_cache: str | int | None = None, threads: int | None = None,
+                 page_cache: bool = False, prefetch: bool = True,
+                 env: Mapping[str, str] | None = None) -> "Options":
+        """Flags first, then the environment, then the defaults. Errors name
+        the flag or the variable."""
+        env = os.environ if env is None else env
+        budget = expert_cache if isinstance(expert_cache, int) else expert_cache_budget(expert_cache, env)
+        acts = env.get(ENV_ACTIVATIONS, "i16")
+        if acts not in ACTIVATIONS:
+            raise ValueError(f"{ENV_ACTIVATIONS}={acts!r}: expected one of {', '.join(ACTIVATIONS)}")
+        raw = env.get(ENV_READ_THREADS, "4")
+        try:
+            read_threads = int(raw)
+        except ValueError:
+            read_threads = 0
+        if read_threads < 1:
+            raise ValueError(f"{ENV_READ_THREADS}={raw!r}: expected an integer of at least 1")
+        return cls(expert_cache=budget, threads=threads, page_cache=page_cache, prefetch=prefetch,
+                   activations=acts, read_threads=read_threads)
+
+
+__all__ = ["Options", "SizeError", "ENV_ACTIVATIONS", "ENV_READ_THREADS"]

@@ -1,0 +1,197 @@
+"""The application: one model and its engine behind the OpenAI routes, and
+the command that serves it."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..chat import ChatError, has_harmony_tokens
+from ..engine import Engine
+from ..reply import ReplyStream
+from ..result import ContextOverflowError
+from ..sampling import SamplingError
+from . import chat_completions, completions, responses
+from .bridge import Submitted
+from .errors import APIError, bad_request, chat_error, parse_body, validation_error
+from .metrics import Metrics, Middleware
+from .params import context_error, forced_call_header, resolve_tool_choice, sampling_params
+from .schemas import ChatBody, CompletionBody, Fields, ResponsesBody
+
+
+class Server:
+    """What every endpoint shares: the model, its engine, the metrics and the
+    generations in flight."""
+
+    def __init__(self, model, model_name: str, max_batch: int | None = None):
+        self.model = model
+        self.name = model_name
+        self.tok = model.tokenizer
+        self.harmony = has_harmony_tokens(self.tok)
+        self.engine = Engine(model) if max_batch is None else Engine(model, max_batch=max_batch)
+        self.metrics = Metrics()
+        self.live: dict = {}            # id -> generation submitted, not finished: cancelled at shutdown
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.name:
+            raise APIError(404, f"The model '{model}' does not exist: this server serves '{self.name}'.",
+                           param="model", code="model_not_found")
+
+    def submit(self, prompt: list[int], max_tokens: int, body: Fields, param: str, prompt_param: str) -> Submitted:
+        try:
+            return Submitted(self.engine, prompt, max_tokens, sampling_params(body), body.time_budget,
+                             self.metrics, self.live)
+        except ContextOverflowError as e:
+            raise context_error(e, param, prompt_param) from None
+        except SamplingError as e:
+            raise bad_request(str(e), param=str(e).split()[0]) from None
+        except ValueError as e:
+            raise bad_request(f"{prompt_param}: {e}", param=prompt_param) from None
+
+    def render(self, messages: list[dict], tools, tool_choice, effort: str | None,
+               param: str) -> tuple[list[int], list[int]]:
+        """(prompt ids, the forced prefix of the reply, also in the prompt)."""
+        tools, forced = resolve_tool_choice(tool_choice, tools)
+        try:
+            ids = self.model.render_chat(messages, reasoning_effort=effort or "medium", tools=tools)
+        except ChatError as e:
+            raise chat_error(e, param) from None
+        prefix = forced_call_header(self.tok, forced) if forced and self.harmony else []
+        return ids + prefix, prefix
+
+    @staticmethod
+    def feed(sub: Submitted, reply: ReplyStream, token: int) -> list:
+        """A token into the reply; a stop string it completes stops the generation."""
+        events = reply.feed(token)
+        if reply.stopped and sub.gen.cancelled is None:
+            sub.gen.cancel("stop")
+        return events
+
+    async def run_reply(self, sub: Submitted, reply: ReplyStream, request: Request) -> None:
+        """The whole generation fed to its reply (a response that is not streamed)."""
+        async with sub.events(request) as stream:
+            async for token, _ in stream:
+                if token is not None:
+                    self.feed(sub, reply, token)
+        reply.close()
+
+    def model_card(self) -> dict:
+        return {"id": self.name, "object": "model", "created": int(os.path.getmtime(self.model.path)),
+                "owned_by": "goosedump"}
+
+    def cancel_all(self, reason: str = "shutdown") -> None:
+        for gen in list(self.live.values()):
+            gen.cancel(reason)
+
+    def close(self) -> None:
+        self.cancel_all()
+        self.engine.close()
+
+
+def create_app(model, *, model_name: str, api_key: str | None = None, max_batch: int | None = None) -> FastAPI:
+    """The FastAPI application serving `model` under the id `model_name`;
+    with api_key, /v1/ wants 'Authorization: Bearer <api_key>'."""
+    server = Server(model, model_name, max_batch)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        server.close()
+
+    app = FastAPI(title="goosedump", version=__version__, lifespan=lifespan)
+    app.state.server = server
+    app.add_middleware(Middleware, metrics=server.metrics, api_key=api_key)
+
+    @app.exception_handler(APIError)
+    async def api_error(request, exc: APIError):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request, exc: RequestValidationError):
+        return validation_error(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        msg = f"{request.method} {request.url.path}: {exc.detail}"
+        return APIError(exc.status_code, msg, code=code).response()
+
+    @app.exception_handler(Exception)
+    async def server_error(request, exc: Exception):
+        return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": server.name}
+
+    @app.get("/metrics")
+    async def metrics():
+        return PlainTextResponse(server.metrics.render(server.engine),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [server.model_card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model_card(model_id: str):
+        server.check_model(model_id)
+        return server.model_card()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        return await chat_completions.handle(server, await parse_body(request, ChatBody), request)
+
+    @app.post("/v1/completions")
+    async def text_completions(request: Request):
+        return await completions.handle(server, await parse_body(request, CompletionBody), request)
+
+    @app.post("/v1/responses")
+    async def responses_api(request: Request):
+        return await responses.handle(server, await parse_body(request, ResponsesBody), request)
+
+    return app
+
+
+# --- the command ----------------------------------------------------------------------
+
+def serve(args: argparse.Namespace) -> int:
+    from ..hub import resolve_model
+    from ..model import load
+    from ..options import Options
+    if args.max_batch < 1:
+        raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}")
+    path = resolve_model(args.model)
+    options = Options.from_env(expert_cache=args.expert_cache, threads=args.threads, page_cache=args.page_cache)
+    model = load(path, n_ctx=args.ctx, options=options)
+    model.stepper              # map the weights now, not inside the first request
+    name = args.model_name or os.path.basename(path).removesuffix(".gguf")
+    app = create_app(model, model_name=name, api_key=args.api_key, max_batch=args.max_batch)
+    print(f"goosedump serve: {name} on http://{args.host}:{args.port}/v1 (context {model.n_ctx} tokens"
+          f"{', API key required' if args.api_key else ''})", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=5)
+    _Uvicorn(config, app.state.server).run()
+    return 0
+
+
+class _Uvicorn(uvicorn.Server):
+    """Stops the generations as soon as shutdown begins, so open streams end
+    at once (finish_reason "shutdown") instead of running on for the
+    graceful timeout."""
+
+    def __init__(self, config: uvicorn.Config, server: Server):
+        super().__init__(config)
+        self.goosedump = server
+
+    async def shutdown(self, sockets=None):
+        self.goosedump.cancel_all("shutdown")
+        await super().shutdown(sockets)

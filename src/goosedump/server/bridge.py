@@ -1,0 +1,90 @@
+"""From the engine's worker thread to the event loop: each event a generation
+produces is pushed onto the loop (loop.call_soon_threadsafe) into an asyncio
+queue, so the loop never blocks on the engine and no thread waits per
+request. A client that goes away cancels its generation before the engine's
+next step: for a streamed response Starlette notices and closes the
+stream; for a plain one a watcher reads the connection's disconnect."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from .metrics import Metrics
+
+
+def cancel_unfinished(gen) -> None:
+    """The client went away, the response was abandoned, or never started:
+    the engine stops before its next token (a stop string's cancel stays)."""
+    if not gen.done and gen.cancelled is None:
+        gen.cancel("disconnected")
+
+
+class Submitted:
+    """A generation submitted from the event loop, its events queued on the loop."""
+
+    def __init__(self, engine, prompt: list[int], max_tokens: int, sampling, time_budget: float | None,
+                 metrics: Metrics, live: dict):
+        loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+        def on_event(gen, event) -> None:        # on the engine's thread
+            if event is None:
+                metrics.finished(gen)
+                live.pop(gen.id, None)
+            elif event[0] is not None:
+                metrics.token()
+            try:
+                loop.call_soon_threadsafe(self.queue.put_nowait, event)
+            except RuntimeError:      # the loop is closed: the server is shutting down
+                pass
+
+        self.gen = engine.submit(prompt, max_tokens, sampling, time_budget=time_budget, on_event=on_event)
+        live[self.gen.id] = self.gen
+
+    async def _events(self, request: Request | None) -> AsyncIterator[tuple]:
+        watcher = asyncio.create_task(self._watch(request)) if request is not None else None
+        try:
+            while True:
+                event = await self.queue.get()
+                if event is None:
+                    if self.gen.error is not None:
+                        raise self.gen.error
+                    return
+                yield event
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            cancel_unfinished(self.gen)
+
+    def events(self, request: Request | None = None):
+        """The generation's (token, text) events as they come, closed (the
+        generation cancelled if unfinished) when the consumer leaves its
+        `async with`. With request: a disconnect of its client cancels too."""
+        return contextlib.aclosing(self._events(request))
+
+    async def _watch(self, request: Request) -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                cancel_unfinished(self.gen)
+                return
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events of a generation. However the response ends
+    (finished, client gone, cancelled before its first event), the
+    generation does not outlive it."""
+
+    def __init__(self, content, gen):
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.gen = gen
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            cancel_unfinished(self.gen)

@@ -1,0 +1,86 @@
+"""POST /v1/completions: raw text continuation (no chat format), whole or
+streamed, cut at a stop string."""
+from __future__ import annotations
+
+import contextlib
+from typing import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from ..reply import StopFilter
+from .bridge import EventStream, Submitted
+from .errors import bad_request
+from .params import check_common, finish_reason, max_tokens, response_id, stop_strings, usage
+from .schemas import CompletionBody
+from .sse import FINGERPRINT, Chunks, completion_stream
+
+
+async def handle(server, body: CompletionBody, request: Request):
+    server.check_model(body.model)
+    check_common(body)
+    for field, bad in (("echo", body.echo), ("suffix", body.suffix), ("logprobs", body.logprobs),
+                       ("best_of", body.best_of not in (None, 1))):
+        if bad:
+            raise bad_request(f"{field} is not supported", param=field)
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        if len(prompt) != 1:
+            raise bad_request("a batch of prompts is not supported: send one prompt per request", param="prompt")
+        prompt = prompt[0]
+    # Raw text may spell special tokens ("<|start|>"), as llama.cpp reads it.
+    ids = server.tok.encode(prompt, allow_special=True) if isinstance(prompt, str) else list(prompt)
+    if not ids:
+        raise bad_request("The prompt is empty: nothing to continue from.", param="prompt")
+    n = max_tokens(body.max_tokens, len(ids), server.model.n_ctx, "max_tokens", "prompt")
+    sub = server.submit(ids, n, body, "max_tokens", "prompt")
+    stop = StopFilter(stop_strings(body.stop))
+    rid, created = response_id("cmpl-")
+    if body.stream:
+        chunks = Chunks(rid, created, "text_completion", server.name, "text",
+                        bool((body.stream_options or {}).get("include_usage")))
+        return EventStream(completion_stream(_stream(sub, stop, chunks)), sub.gen)
+    text = []
+    async with _pieces(sub, stop, request) as pieces:
+        async for piece in pieces:
+            text.append(piece)
+    r = sub.gen.result
+    if r is None:
+        return Response(status_code=499)
+    return {"id": rid, "object": "text_completion", "created": created, "model": server.name,
+            "system_fingerprint": FINGERPRINT,
+            "choices": [{"index": 0, "text": "".join(text), "logprobs": None,
+                         "finish_reason": finish_reason(r.stop_reason, stop.hit)}],
+            "usage": usage(r)}
+
+
+def _pieces(sub: Submitted, stop: StopFilter, request: Request | None = None):
+    return contextlib.aclosing(_cut(sub, stop, request))
+
+
+async def _cut(sub: Submitted, stop: StopFilter, request: Request | None) -> AsyncIterator[str]:
+    """The generated text in pieces, cut at a stop string."""
+    async with sub.events(request) as stream:
+        async for _, piece in stream:
+            if stop.hit or not piece:
+                continue
+            out = stop.push(piece)
+            if stop.hit and sub.gen.cancelled is None:
+                sub.gen.cancel("stop")
+            if out:
+                yield out
+    if sub.gen.result is not None and not stop.hit:
+        tail = stop.flush()
+        if tail:
+            yield tail
+
+
+async def _stream(sub: Submitted, stop: StopFilter, chunks: Chunks) -> AsyncIterator[str]:
+    async with _pieces(sub, stop) as pieces:
+        async for piece in pieces:
+            yield chunks.choice(piece)
+    r = sub.gen.result
+    if r is None:
+        return
+    for s in chunks.ending("", finish_reason(r.stop_reason, stop.hit), usage(r)):
+        yield s

@@ -1,0 +1,91 @@
+"""Errors as OpenAI answers them: {"error": {message, type, param, code}},
+and request bodies read as JSON whatever their Content-Type."""
+from __future__ import annotations
+
+import json
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from ..chat import ChatError
+
+
+class APIError(Exception):
+    """An error answered as OpenAI does: {"error": {message, type, param, code}}."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 type: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = type or ("invalid_request_error" if status < 500 else "server_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param, code)
+
+
+def validation_error(exc: RequestValidationError | ValidationError) -> APIError:
+    """A body that does not fit its model (FastAPI's 422) as OpenAI's 400,
+    naming the field."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return bad_request(f"The request body is not valid JSON{': ' + str(detail) if detail else ''}.")
+    loc = [x for x in first.get("loc", ()) if x != "body"]
+    if not loc:
+        if first.get("type") == "missing":
+            return bad_request("The request body is missing: send a JSON object.")
+        return bad_request(f"The request body must be a JSON object: {first.get('msg', 'invalid')}.")
+    field = str(loc[0])
+    # A union (stop: str | list) reports one error per branch: all for this field.
+    msgs, got = [], ""
+    for e in errors:
+        eloc = [x for x in e.get("loc", ()) if x != "body"]
+        if eloc and str(eloc[0]) == field:
+            path = field + "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in eloc[1:]
+                                   if not _union_branch(x))
+            msgs.append((f"{path}: " if path != field else "") + str(e.get("msg")))
+            if e.get("type") != "missing" and not isinstance(e.get("input"), (dict, list)):
+                got = f" (got {e['input']!r})"
+    return bad_request(f"Invalid '{field}': " + "; or ".join(dict.fromkeys(msgs)) + got, param=field)
+
+
+def _union_branch(loc_part) -> bool:
+    """pydantic names the branch of a union in the error's location ("str",
+    "list[str]"); it is not part of the field's path."""
+    return isinstance(loc_part, str) and (loc_part in ("str", "int", "float", "bool") or "[" in loc_part)
+
+
+async def parse_body(request: Request, model: type[BaseModel]):
+    """The JSON body as `model`, whatever the Content-Type says (curl -d
+    sends form encoding; the body is JSON all the same)."""
+    raw = await request.body()
+    if not raw.strip():
+        raise bad_request("The request body is missing: send a JSON object.")
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise bad_request(f"The request body is not valid JSON: {e}.") from None
+    if not isinstance(data, dict):
+        raise bad_request(f"The request body must be a JSON object, got {type(data).__name__}.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise validation_error(e) from None
+
+
+def chat_error(e: ChatError, default_param: str = "messages") -> APIError:
+    msg = str(e)
+    for param in ("tools", "reasoning_effort", "date", "chat_format"):
+        if msg.startswith(param):
+            return bad_request(msg, param=param)
+    return bad_request(msg, param=default_param)

@@ -1,0 +1,118 @@
+"""/metrics (Prometheus text) and the ASGI middleware that checks the API key
+and counts every request by endpoint and status."""
+from __future__ import annotations
+
+import hmac
+import threading
+from collections import Counter
+
+from .errors import APIError
+
+ENDPOINTS = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/responses", "/health", "/metrics")
+
+
+class Metrics:
+    """Counters for /metrics. Generations are counted on the engine's thread
+    as they produce tokens and end, requests by the middleware: hence the
+    lock. The expert cache's counters are the store's own."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests: Counter = Counter()     # (endpoint, status) -> count
+        self.stops: Counter = Counter()        # the engine's stop reason -> generations
+        self.generated = 0                     # tokens, counted as they are produced
+        self.cached = 0
+
+    def request(self, endpoint: str, status: int) -> None:
+        with self.lock:
+            self.requests[(endpoint, status)] += 1
+
+    def token(self) -> None:
+        with self.lock:
+            self.generated += 1
+
+    def finished(self, gen) -> None:
+        r = gen.result
+        with self.lock:
+            self.stops["error" if r is None else r.stop_reason] += 1
+            if r is not None:
+                self.cached += r.cached_tokens
+
+    def render(self, engine) -> str:
+        lines: list[str] = []
+
+        def metric(name, kind, help, samples):
+            lines.extend([f"# HELP {name} {help}", f"# TYPE {name} {kind}"])
+            for labels, value in samples:
+                lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
+                lines.append(f"{name}{{{lab}}} {value}" if lab else f"{name} {value}")
+
+        store = engine.model.store.counters()
+        with self.lock:
+            metric("goosedump_requests_total", "counter", "HTTP requests by endpoint and status.",
+                   [({"endpoint": e, "status": s}, n) for (e, s), n in sorted(self.requests.items())])
+            metric("goosedump_generations_total", "counter",
+                   "Finished generations by stop reason (eos, max_tokens, stop, repetition, time_budget, "
+                   "disconnected, shutdown, error).",
+                   [({"reason": r}, n) for r, n in sorted(self.stops.items())])
+            metric("goosedump_prompt_tokens_total", "counter", "Prompt tokens of finished generations.",
+                   [({}, engine.prompt_tokens)])
+            metric("goosedump_prompt_tokens_cached_total", "counter",
+                   "Prompt tokens whose KV cache was reused rather than recomputed.", [({}, self.cached)])
+            metric("goosedump_generated_tokens_total", "counter", "Generated tokens, counted as produced.",
+                   [({}, self.generated)])
+            metric("goosedump_busy_seconds_total", "counter",
+                   "Seconds from each request's start to its end, summed over requests.",
+                   [({}, round(engine.busy_seconds, 6))])
+            tps = engine.generated_tokens / engine.busy_seconds if engine.busy_seconds > 0 else 0.0
+            metric("goosedump_tokens_per_second", "gauge",
+                   "Generated tokens per busy second of the engine, since start (busy seconds are summed "
+                   "over requests: with batched decode, the rate one request sees).", [({}, round(tps, 3))])
+            metric("goosedump_expert_cache_hits_total", "counter", "Expert cache hits.", [({}, store.hits)])
+            metric("goosedump_expert_cache_misses_total", "counter", "Expert cache misses.", [({}, store.misses)])
+            metric("goosedump_queue_length", "gauge", "Requests waiting for the engine.",
+                   [({}, engine.queue_length)])
+            metric("goosedump_active_requests", "gauge", "Requests being generated.", [({}, engine.active)])
+        return "\n".join(lines) + "\n"
+
+
+class Middleware:
+    """Plain ASGI (it leaves streaming alone): the API key on /v1/, then
+    counts every request by endpoint and status."""
+
+    def __init__(self, app, metrics: Metrics, api_key: str | None):
+        self.app, self.metrics, self.api_key = app, metrics, api_key
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        endpoint = path if path in ENDPOINTS else "other"
+        status = 500
+
+        async def send_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            denied = self._check_key(scope) if path.startswith("/v1/") else None
+            if denied is not None:
+                await denied.response()(scope, receive, send_status)
+            else:
+                await self.app(scope, receive, send_status)
+        finally:
+            self.metrics.request(endpoint, status)
+
+    def _check_key(self, scope) -> APIError | None:
+        if not self.api_key:
+            return None
+        auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        if not auth:
+            return APIError(401, "No API key given: send the header 'Authorization: Bearer YOUR_KEY'.",
+                            code="invalid_api_key")
+        scheme, _, key = auth.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.api_key.encode()):
+            return APIError(401, "Incorrect API key provided.", code="invalid_api_key")
+        return None

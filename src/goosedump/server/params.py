@@ -1,0 +1,135 @@
+"""Request fields shared by the endpoints, mapped onto the engine: sampling,
+stop strings, tool choice, token limits, usage and finish reasons."""
+from __future__ import annotations
+
+import time
+
+from ..reply import new_id
+from ..result import ContextOverflowError
+from ..sampling import SamplingError, SamplingParams
+from .errors import bad_request
+from .schemas import Fields
+
+MAX_STOPS = 4                  # as OpenAI: up to 4 stop strings
+
+
+def sampling_params(b: Fields) -> SamplingParams:
+    bias = {}
+    for k, v in (b.logit_bias or {}).items():
+        try:
+            bias[int(k)] = v
+        except ValueError:
+            raise bad_request(f"logit_bias keys must be token ids, got {k!r}", param="logit_bias") from None
+    fields = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+              "frequency_penalty", "seed")
+    kw = {f: getattr(b, f) for f in fields if getattr(b, f) is not None}
+    try:
+        return SamplingParams(logit_bias=bias, **kw)
+    except SamplingError as e:          # its message starts with the field's name
+        raise bad_request(str(e), param=str(e).split()[0]) from None
+
+
+def stop_strings(stop: str | list[str] | None) -> list[str]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > MAX_STOPS:
+        raise bad_request(f"stop takes at most {MAX_STOPS} strings, got {len(stops)}", param="stop")
+    if any(s == "" for s in stops):
+        raise bad_request("stop strings must not be empty", param="stop")
+    return stops
+
+
+def check_common(b: Fields) -> None:
+    if b.n not in (None, 1):
+        raise bad_request(f"n={b.n} is not supported: this server returns one choice (n=1)", param="n")
+    if b.time_budget is not None and not b.time_budget > 0:
+        raise bad_request(f"time_budget must be a number of seconds > 0, got {b.time_budget}", param="time_budget")
+
+
+def tool_names(tools: list[dict] | None) -> list[str]:
+    names = []
+    for t in tools or []:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            names.append(fn["name"])
+    return names
+
+
+def resolve_tool_choice(choice, tools: list[dict] | None) -> tuple[list[dict] | None, str | None]:
+    """(the tools to render, the function to force or None). "none" renders
+    no tools; a named function (or "required" with a single tool) is forced
+    by writing the call's header into the prompt; "required" with several
+    tools is only asked for by the tools being there."""
+    if choice is None or choice == "auto":
+        return tools, None
+    if choice == "none":
+        return None, None
+    names = tool_names(tools)
+    if choice == "required":
+        if not tools:
+            raise bad_request("tool_choice 'required' needs tools", param="tool_choice")
+        return tools, names[0] if len(names) == 1 else None
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+        if name not in names:
+            raise bad_request(f"tool_choice names the function {name!r}, which is not among the tools "
+                              f"({', '.join(names) or 'none'})", param="tool_choice")
+        return tools, name
+    raise bad_request("tool_choice must be 'auto', 'none', 'required' or a function "
+                      f"({{'type': 'function', ...}}), got {choice!r}", param="tool_choice")
+
+
+def forced_call_header(tokenizer, name: str) -> list[int]:
+    """The header the model writes before a call's arguments; put in the
+    prompt, the model can only go on with that function's arguments."""
+    return tokenizer.encode(f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
+                            allow_special=True)
+
+
+def finish_reason(stop_reason: str, stopped: bool, tool_calls: bool = False) -> str:
+    """The engine's stop as OpenAI's finish_reason; its own stops
+    (repetition, time_budget) keep their names."""
+    if stopped or stop_reason == "stop":
+        return "stop"
+    if stop_reason == "eos":
+        return "tool_calls" if tool_calls else "stop"
+    if stop_reason == "max_tokens":
+        return "length"
+    return stop_reason
+
+
+def max_tokens(n: int | None, n_prompt: int, n_ctx: int, param: str, prompt_param: str) -> int:
+    """The token limit a request asks for (none: as much as the context
+    leaves, as OpenAI does)."""
+    if n is None:
+        n = n_ctx - n_prompt
+        if n < 1:
+            raise bad_request(f"This model's context is {n_ctx} tokens and the prompt has {n_prompt}: "
+                              "no room is left to answer. Shorten the prompt.",
+                              param=prompt_param, code="context_length_exceeded")
+        return n
+    if n < 1:
+        raise bad_request(f"Invalid '{param}': {n}. It must be at least 1.", param=param,
+                          code="integer_below_min_value")
+    return n       # the engine checks that it fits the context (Server.submit maps its error)
+
+
+def context_error(e: ContextOverflowError, param: str, prompt_param: str):
+    return bad_request(f"This model's context is {e.n_ctx} tokens. The prompt has {e.n_prompt} tokens and "
+                       f"{param} asks for {e.max_tokens} more ({e.n_prompt + e.max_tokens} in all). Shorten the "
+                       f"prompt or lower {param}.", param=param if e.n_prompt < e.n_ctx else prompt_param,
+                       code="context_length_exceeded")
+
+
+def usage(result, reasoning_tokens: int | None = None) -> dict:
+    u = {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.generated_tokens,
+         "total_tokens": result.prompt_tokens + result.generated_tokens,
+         "prompt_tokens_details": {"cached_tokens": result.cached_tokens}}
+    if reasoning_tokens is not None:
+        u["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return u
+
+
+def response_id(prefix: str) -> tuple[str, int]:
+    """A new response's id and its creation time."""
+    return new_id(prefix), int(time.time())

@@ -1,0 +1,229 @@
+"""POST /v1/responses: the Responses API, whole or as its server-sent events
+(response.created, output items added, their text's deltas and ends,
+response.completed or .incomplete), built from the reply events."""
+from __future__ import annotations
+
+import json
+import time
+from typing import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from ..reply import Item, ReplyStream
+from .bridge import EventStream, Submitted
+from .errors import bad_request
+from .params import check_common, finish_reason, max_tokens, response_id, stop_strings
+from .schemas import ResponsesBody
+
+
+def response_item(item: Item, status: str) -> dict:
+    """An output item of the Responses API; in progress: without its text."""
+    text = item.text if status != "in_progress" else ""
+    if item.kind == "reasoning":
+        return {"id": item.id, "type": "reasoning", "summary": [], "status": status,
+                "content": [{"type": "reasoning_text", "text": text}] if status != "in_progress" else []}
+    if item.kind == "content":
+        return {"id": item.id, "type": "message", "role": "assistant", "status": status,
+                "content": [_output_text(text)] if status != "in_progress" else []}
+    return {"id": item.id, "type": "function_call", "call_id": item.call_id, "name": item.name,
+            "arguments": text, "status": status}
+
+
+def _output_text(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _part(item: Item, text: str) -> dict:
+    return {"type": "reasoning_text", "text": text} if item.kind == "reasoning" else _output_text(text)
+
+
+class ResponseEvents:
+    """Item events as the Responses API's server-sent events, numbered."""
+
+    def __init__(self):
+        self.seq = 0
+
+    def sse(self, type: str, **fields) -> str:
+        data = {"type": type, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return f"event: {type}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+    def items(self, events: list[tuple], incomplete: bool = False) -> list[str]:
+        out = []
+        for what, item, text in events:
+            where = {"item_id": item.id, "output_index": item.index}
+            if what == "start":
+                out.append(self.sse("response.output_item.added", output_index=item.index,
+                                    item=response_item(item, "in_progress")))
+                if item.kind != "tool_call":
+                    out.append(self.sse("response.content_part.added", **where, content_index=0,
+                                        part=_part(item, "")))
+            elif what == "delta":
+                if item.kind == "content":
+                    out.append(self.sse("response.output_text.delta", **where, content_index=0, delta=text,
+                                        logprobs=[]))
+                elif item.kind == "reasoning":
+                    out.append(self.sse("response.reasoning_text.delta", **where, content_index=0, delta=text))
+                else:
+                    out.append(self.sse("response.function_call_arguments.delta", **where, delta=text))
+            else:
+                if item.kind == "content":
+                    out.append(self.sse("response.output_text.done", **where, content_index=0, text=item.text,
+                                        logprobs=[]))
+                elif item.kind == "reasoning":
+                    out.append(self.sse("response.reasoning_text.done", **where, content_index=0,
+                                        text=item.text))
+                else:
+                    out.append(self.sse("response.function_call_arguments.done", **where, name=item.name,
+                                        arguments=item.text))
+                if item.kind != "tool_call":
+                    out.append(self.sse("response.content_part.done", **where, content_index=0,
+                                        part=_part(item, item.text)))
+                out.append(self.sse("response.output_item.done", output_index=item.index,
+                                    item=response_item(item, item_status(item, incomplete))))
+        return out
+
+
+def item_status(item: Item, incomplete: bool) -> str:
+    return "incomplete" if incomplete and item.cut else "completed"
+
+
+def responses_messages(body: ResponsesBody) -> list[dict]:
+    """The Responses API's input items as chat messages. The items of one
+    assistant turn (reasoning, a message, function calls) merge into one
+    assistant message, so its reasoning stays with its calls."""
+    msgs: list[dict] = []
+    if body.instructions:
+        msgs.append({"role": "developer", "content": body.instructions})
+    if isinstance(body.input, str):
+        return msgs + [{"role": "user", "content": body.input}]
+    turn: dict | None = None
+
+    def flush():
+        nonlocal turn
+        if turn is not None:
+            msgs.append(turn)
+            turn = None
+
+    for i, it in enumerate(body.input):
+        where = f"input[{i}]"
+        kind = it.get("type", "message")
+        if kind == "reasoning":
+            parts = it.get("content") or it.get("summary") or []
+            text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+            if turn is not None and (turn.get("content") or turn.get("tool_calls")):
+                flush()
+            turn = turn or {"role": "assistant", "content": ""}
+            turn["reasoning_content"] = "\n".join(x for x in (turn.get("reasoning_content"), text) if x)
+        elif kind == "function_call":
+            if not isinstance(it.get("call_id"), str) or not isinstance(it.get("name"), str):
+                raise bad_request(f"{where}: a function_call item needs a call_id and a name", param="input")
+            turn = turn or {"role": "assistant", "content": ""}
+            turn.setdefault("tool_calls", []).append(
+                {"id": it["call_id"], "type": "function",
+                 "function": {"name": it["name"], "arguments": it.get("arguments", "")}})
+        elif kind == "function_call_output":
+            flush()
+            if not isinstance(it.get("call_id"), str):
+                raise bad_request(f"{where}: a function_call_output item needs a call_id", param="input")
+            msgs.append({"role": "tool", "tool_call_id": it["call_id"], "content": it.get("output", "")})
+        elif kind == "message":
+            if it.get("role") == "assistant":
+                if turn is not None and (turn.get("content") or turn.get("tool_calls")):
+                    flush()
+                turn = turn or {"role": "assistant"}
+                turn["content"] = it.get("content")
+            else:
+                flush()
+                msgs.append({"role": it.get("role"), "content": it.get("content")})
+        else:
+            raise bad_request(f"{where}: input items of type {kind!r} are not supported (messages, "
+                              "function_call, function_call_output and reasoning are)", param="input")
+    flush()
+    return msgs
+
+
+class _Response:
+    """A response being built: its request, its generation and its reply."""
+
+    def __init__(self, server, body: ResponsesBody, effort: str, sub: Submitted, reply: ReplyStream):
+        self.server, self.body, self.effort, self.sub, self.reply = server, body, effort, sub, reply
+        self.id, self.created = response_id("resp_")
+
+    def status(self) -> tuple[str, dict | None]:
+        """(status, incomplete_details) of a finished response."""
+        reason = finish_reason(self.sub.gen.result.stop_reason, self.reply.stopped)
+        if reason == "stop":
+            return "completed", None
+        return "incomplete", {"reason": "max_output_tokens" if reason == "length" else reason}
+
+    def object(self, final: bool = True) -> dict:
+        body, r = self.body, self.sub.gen.result if final else None
+        status, incomplete = self.status() if r is not None else ("in_progress", None)
+        out = {"id": self.id, "object": "response", "created_at": self.created, "status": status,
+               "model": self.server.name, "output": [], "error": None, "incomplete_details": incomplete,
+               "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
+               "metadata": body.metadata or {}, "parallel_tool_calls": True,
+               "previous_response_id": None, "reasoning": {"effort": self.effort, "summary": None},
+               "temperature": body.temperature if body.temperature is not None else 1.0,
+               "top_p": body.top_p if body.top_p is not None else 1.0,
+               "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
+               "tools": body.tools or [], "truncation": "disabled", "store": False, "usage": None}
+        if r is not None:
+            if status == "completed":
+                out["completed_at"] = int(time.time())
+            out["output"] = [response_item(i, item_status(i, status == "incomplete")) for i in self.reply.items]
+            out["usage"] = {"input_tokens": r.prompt_tokens,
+                            # the prompt tokens computed now stay in the KV cache for the next request
+                            "input_tokens_details": {"cached_tokens": r.cached_tokens,
+                                                     "cache_write_tokens": r.prompt_tokens - r.cached_tokens},
+                            "output_tokens": r.generated_tokens,
+                            "output_tokens_details": {"reasoning_tokens": self.reply.reasoning_tokens},
+                            "total_tokens": r.prompt_tokens + r.generated_tokens}
+        return out
+
+    async def stream(self) -> AsyncIterator[str]:
+        ev = ResponseEvents()
+        yield ev.sse("response.created", response=self.object(final=False))
+        yield ev.sse("response.in_progress", response=self.object(final=False))
+        try:
+            async with self.sub.events() as events:
+                async for token, _ in events:
+                    if token is not None:
+                        for s in ev.items(self.server.feed(self.sub, self.reply, token)):
+                            yield s
+            if self.sub.gen.result is None:
+                return
+            incomplete = self.status()[0] == "incomplete"
+            for s in ev.items(self.reply.close(), incomplete=incomplete):
+                yield s
+            final = self.object()
+            kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
+            yield ev.sse(kind, response=final)
+        except Exception as e:
+            failed = self.object(final=False)
+            failed.update(status="failed", error={"code": "server_error", "message": f"generation failed: {e}"})
+            yield ev.sse("response.failed", response=failed)
+
+
+async def handle(server, body: ResponsesBody, request: Request):
+    server.check_model(body.model)
+    check_common(body)
+    if body.previous_response_id:
+        raise bad_request("previous_response_id is not supported: this server keeps no state; send the "
+                          "whole conversation in 'input'", param="previous_response_id")
+    fmt = ((body.text or {}).get("format") or {}).get("type", "text")
+    if fmt != "text":
+        raise bad_request(f"text.format {fmt!r} is not supported (only 'text')", param="text")
+    effort = (body.reasoning or {}).get("effort") or "medium"
+    prompt, prefix = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input")
+    n = max_tokens(body.max_output_tokens, len(prompt), server.model.n_ctx, "max_output_tokens", "input")
+    sub = server.submit(prompt, n, body, "max_output_tokens", "input")
+    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stop_strings(body.stop), prefix))
+    if body.stream:
+        return EventStream(resp.stream(), sub.gen)
+    await server.run_reply(sub, resp.reply, request)
+    if sub.gen.result is None:
+        return Response(status_code=499)
+    return resp.object()

@@ -1,0 +1,61 @@
+"""Request bodies of the generating endpoints. Unknown fields (user, metadata,
+store, parallel_tool_calls, ...) are accepted and ignored, as clients send
+them freely."""
+from __future__ import annotations
+
+from typing import Any, Union
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Fields(BaseModel):
+    """Fields every generating endpoint takes."""
+    model_config = ConfigDict(extra="allow")
+    model: Union[str, None] = None
+    stream: bool = False
+    stream_options: Union[dict[str, Any], None] = None
+    temperature: Union[float, None] = None
+    top_p: Union[float, None] = None
+    top_k: Union[int, None] = None
+    min_p: Union[float, None] = None
+    repetition_penalty: Union[float, None] = None
+    presence_penalty: Union[float, None] = None
+    frequency_penalty: Union[float, None] = None
+    logit_bias: Union[dict[str, float], None] = None
+    seed: Union[int, None] = None
+    stop: Union[str, list[str], None] = None
+    n: Union[int, None] = None
+    time_budget: Union[float, None] = None     # goosedump: seconds of generation at most
+
+
+class ChatBody(Fields):
+    messages: list[dict[str, Any]]
+    tools: Union[list[dict[str, Any]], None] = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    reasoning_effort: Union[str, None] = None
+    max_tokens: Union[int, None] = None
+    max_completion_tokens: Union[int, None] = None
+    response_format: Union[dict[str, Any], None] = None
+    logprobs: Union[bool, None] = None
+    top_logprobs: Union[int, None] = None
+
+
+class CompletionBody(Fields):
+    prompt: Union[str, list[int], list[str]]
+    max_tokens: Union[int, None] = 16          # OpenAI's default for this endpoint
+    echo: Union[bool, None] = None
+    suffix: Union[str, None] = None
+    best_of: Union[int, None] = None
+    logprobs: Union[int, None] = None
+
+
+class ResponsesBody(Fields):
+    input: Union[str, list[dict[str, Any]]]
+    instructions: Union[str, None] = None
+    tools: Union[list[dict[str, Any]], None] = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    reasoning: Union[dict[str, Any], None] = None
+    max_output_tokens: Union[int, None] = None
+    previous_response_id: Union[str, None] = None
+    text: Union[dict[str, Any], None] = None
+    metadata: Union[dict[str, Any], None] = None

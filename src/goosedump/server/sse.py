@@ -1,0 +1,51 @@
+"""Server-sent events: the chunks of a streamed chat or text completion, and
+the ending every such stream shares."""
+from __future__ import annotations
+
+import json
+from typing import AsyncIterator
+
+from .. import __version__
+
+FINGERPRINT = f"goosedump-{__version__}"
+DONE = "data: [DONE]\n\n"
+
+
+def sse(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def stream_error(e: BaseException) -> dict:
+    return {"error": {"message": f"generation failed: {e}", "type": "server_error", "param": None, "code": None}}
+
+
+class Chunks:
+    """The SSE chunks of one streamed chat or text completion: each carries
+    its piece under `field` ("delta" or "text"); with include_usage every
+    chunk has usage null and a last one, with no choices, carries it."""
+
+    def __init__(self, id: str, created: int, obj: str, model: str, field: str, include_usage: bool):
+        self.head = {"id": id, "object": obj, "created": created, "model": model, "system_fingerprint": FINGERPRINT}
+        self.field, self.include_usage = field, include_usage
+
+    def choice(self, piece, finish: str | None = None) -> str:
+        d = {**self.head, "choices": [{"index": 0, self.field: piece, "logprobs": None, "finish_reason": finish}]}
+        if self.include_usage:
+            d["usage"] = None
+        return sse(d)
+
+    def ending(self, empty_piece, finish: str, usage: dict) -> list[str]:
+        """The last chunks: the finish reason, then usage if asked for."""
+        return [self.choice(empty_piece, finish)] + ([sse({**self.head, "choices": [], "usage": usage})]
+                                                    if self.include_usage else [])
+
+
+async def completion_stream(body: AsyncIterator[str]) -> AsyncIterator[str]:
+    """A chat or text completion's stream: body's chunks; if it fails, the
+    error as a chunk (the headers are sent: no status can tell); then [DONE]."""
+    try:
+        async for s in body:
+            yield s
+    except Exception as e:
+        yield sse(stream_error(e))
+    yield DONE

@@ -1,0 +1,129 @@
+"""JSON schemas of function tools as TypeScript, as the model saw them in
+training: a line-by-line port of openai-harmony's json_schema_to_typescript,
+quirks included (the model was trained on its output, not on a tidier one)."""
+from __future__ import annotations
+
+import json
+
+
+def _get(schema, key):
+    return schema.get(key) if isinstance(schema, dict) else None
+
+
+def _json(v) -> str:
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def _is_enum(schema) -> bool:
+    e = _get(schema, "enum")
+    return isinstance(e, list) and len(e) > 0
+
+
+def _default(d, schema, raw_enum_strings: bool = True) -> str:
+    if isinstance(d, str) and not _is_enum(schema):
+        return f'"{d}"'
+    if isinstance(d, str) and raw_enum_strings:
+        return d
+    return _json(d)
+
+
+def _nullable(variant, type_str: str) -> str:
+    if _get(variant, "nullable") is True and "null" not in type_str:
+        return type_str + " | null"
+    return type_str
+
+
+def schema_to_typescript(schema, indent: str) -> str:
+    one_of = _get(schema, "oneOf")
+    if isinstance(one_of, list):
+        out = ""
+        for variant in one_of:
+            out += f"\n{indent} | " + _nullable(variant, schema_to_typescript(variant, indent + "   "))
+            trailing = []
+            if isinstance(_get(variant, "description"), str):
+                trailing.append(variant["description"])
+            if _get(variant, "default") is not None:
+                trailing.append("default: " + _default(variant["default"], variant, raw_enum_strings=False))
+            if trailing:
+                out += " // " + " ".join(trailing)
+        return out
+    ty = _get(schema, "type")
+    if isinstance(ty, list):
+        names = ["number" if t == "integer" else t for t in ty if isinstance(t, str)]
+        if names:
+            return " | ".join(names)
+    if not isinstance(ty, str):
+        return "any"
+    if ty == "object":
+        return _object_to_typescript(schema, indent)
+    if ty == "string":
+        enum = _get(schema, "enum")
+        if isinstance(enum, list):
+            names = [f'"{v}"' for v in enum if isinstance(v, str)]
+            if names:
+                return " | ".join(names)
+        return "string"
+    if ty in ("number", "integer"):
+        return "number"
+    if ty == "boolean":
+        return "boolean"
+    if ty == "array":
+        items = _get(schema, "items")
+        return schema_to_typescript(items, indent) + "[]" if items is not None else "Array<any>"
+    return "any"
+
+
+def _object_to_typescript(schema: dict, indent: str) -> str:
+    out = ""
+    if isinstance(schema.get("description"), str):
+        out += f"{indent}// {schema['description']}\n"
+    out += "{\n"
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        req = schema.get("required")
+        required = {r for r in req if isinstance(r, str)} if isinstance(req, list) else set()
+        for key, val in props.items():
+            opt = "" if key in required else "?"
+            if isinstance(_get(val, "title"), str):
+                out += f"{indent}// {val['title']}\n{indent}//\n"
+            one_of = _get(val, "oneOf")
+            if one_of is None and isinstance(_get(val, "description"), str):
+                out += f"{indent}// {val['description']}\n"
+            examples = _get(val, "examples")
+            if isinstance(examples, list) and examples:
+                out += f"{indent}// Examples:\n"
+                out += "".join(f'{indent}// - "{ex}"\n' for ex in examples if isinstance(ex, str))
+            if isinstance(one_of, list):
+                out += _one_of_property(key, opt, val, one_of, indent)
+                continue
+            out += f"{indent}{key}{opt}: " + _nullable(val, schema_to_typescript(val, indent + "    ")) + ","
+            if one_of is None and _get(val, "default") is not None:
+                out += " // default: " + _default(val["default"], val)
+            out += "\n"
+    return out + f"{indent}}}"
+
+
+def _one_of_property(key: str, opt: str, val: dict, variants: list, indent: str) -> str:
+    out = ""
+    desc = val.get("description") if isinstance(val.get("description"), str) else None
+    # The property's description is not repeated when the first variant has it.
+    skip = desc is not None and bool(variants) and _get(variants[0], "description") == desc
+    above = False
+    if not skip and desc is not None:
+        out += f"{indent}// {desc}\n"
+        above = True
+    if val.get("default") is not None:
+        out += f"{indent}// default: {_default(val['default'], val)}\n"
+    out += f"{indent}{key}{opt}:\n"
+    for i, variant in enumerate(variants):
+        out += f"{indent} | " + _nullable(variant, schema_to_typescript(variant, indent + "   "))
+        trailing = []
+        vdesc = _get(variant, "description")
+        if not (i == 0 and above) and isinstance(vdesc, str) and vdesc != desc:
+            trailing.append(vdesc)
+        if _get(variant, "default") is not None:
+            trailing.append("default: " + _default(variant["default"], variant))
+        if trailing:
+            out += " // " + " ".join(trailing)
+        out += "\n"
+    return out + f"{indent},\n"
