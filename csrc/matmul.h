@@ -10,10 +10,9 @@
 #include <vector>
 
 #include "cpu.h"
+#include "formats.h"
 
 namespace gd {
-
-enum class Format { Q8_0, MXFP4 };
 
 // Precision of the activations inside a product:
 //   F32: fp32 times the dequantized weights, fp32 accumulation;
@@ -23,8 +22,6 @@ enum class Format { Q8_0, MXFP4 };
 //        sums of int16 x weight codes, then fp32 accumulation of the scaled
 //        block sums. Half the instructions per weight of F32.
 enum class Acts { F32, I16 };
-
-size_t row_bytes(Format f, size_t K);
 
 void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size_t ldx, size_t T,
             float* Y, size_t ldy, const float* bias, Impl impl, Acts acts = Acts::I16);
@@ -45,6 +42,7 @@ struct ActView {
   std::vector<int16_t> q;
   std::vector<float> d;
   std::vector<int32_t> e;
+  std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
 };
 

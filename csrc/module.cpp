@@ -6,6 +6,7 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "gguf_scan.h"
 #include "matmul.h"
 #include "moe.h"
+#include "formats.h"
 #include "quants.h"
 #include "ops.h"
 #include "threads.h"
@@ -44,18 +46,15 @@ gd::Impl parse_impl(const std::string& impl) {
   throw std::invalid_argument("impl must be 'auto', 'generic' or 'avx2', got '" + impl + "'");
 }
 
-gd::Format parse_format(const std::string& fmt) {
-  if (fmt == "q8_0") return gd::Format::Q8_0;
-  if (fmt == "mxfp4") return gd::Format::MXFP4;
-  throw std::invalid_argument("format must be 'q8_0' or 'mxfp4', got '" + fmt + "'");
-}
+gd::Format parse_format(const std::string& fmt) { return gd::parse_format(fmt); }
 
 std::string shape_str(size_t a, size_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
 
 // W: (N, row bytes) quantized rows; returns K, checked against the row size.
 void check_weights(gd::Format f, const Weights& W, size_t K) {
-  if (K % gd::kBlock) throw std::invalid_argument("activations have " + std::to_string(K) +
-                                                  " columns, not a multiple of 32");
+  const size_t block = std::max<size_t>(32, size_t(gd::block_values(f)));
+  if (K % block) throw std::invalid_argument("activations have " + std::to_string(K) + " columns, not a multiple of " +
+                                             std::to_string(block) + " (" + gd::info(f).name + ")");
   if (W.shape(1) != gd::row_bytes(f, K))
     throw std::invalid_argument("weight rows are " + std::to_string(W.shape(1)) + " bytes, expected " +
                                 std::to_string(gd::row_bytes(f, K)) + " for " + std::to_string(K) + " columns");
@@ -218,20 +217,20 @@ uint64_t stream_read(Bytes buf) {
 }
 
 void dequantize(const std::string& fmt, Bytes raw, Floats out, const std::string& impl) {
-  const bool q8 = fmt == "q8_0";
-  if (!q8 && fmt != "mxfp4") throw std::invalid_argument("format must be 'q8_0' or 'mxfp4', got '" + fmt + "'");
-  const size_t block_bytes = q8 ? gd::kQ8_0Bytes : gd::kMxfp4Bytes;
+  const gd::Format f = parse_format(fmt);
+  const size_t block_bytes = size_t(gd::block_bytes(f)), block = size_t(gd::block_values(f));
   if (raw.shape(0) % block_bytes != 0)
     throw std::invalid_argument(fmt + " data of " + std::to_string(raw.shape(0)) +
                                 " bytes is not a whole number of " + std::to_string(block_bytes) + "-byte blocks");
-  const size_t n_blocks = raw.shape(0) / block_bytes;
-  if (out.shape(0) != n_blocks * gd::kBlock)
+  const size_t n_values = raw.shape(0) / block_bytes * block;
+  if (out.shape(0) != n_values)
     throw std::invalid_argument("output holds " + std::to_string(out.shape(0)) + " floats, expected " +
-                                std::to_string(n_blocks * gd::kBlock));
+                                std::to_string(n_values));
+  if (!gd::is_float(f) && n_values % 32)
+    throw std::invalid_argument(fmt + ": dequantization goes by whole blocks");
   const gd::Impl which = gd::resolve_impl(parse_impl(impl));
   nb::gil_scoped_release release;
-  if (q8) gd::dequantize_q8_0(raw.data(), out.data(), n_blocks, which);
-  else gd::dequantize_mxfp4(raw.data(), out.data(), n_blocks, which);
+  gd::dequantize(f, raw.data(), out.data(), n_values, which);
 }
 
 std::tuple<nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>, nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>, size_t>
@@ -271,7 +270,12 @@ NB_MODULE(_kernels, m) {
   m.def("active_impl", [] { return gd::resolve_impl(gd::Impl::Auto) == gd::Impl::Avx2 ? "avx2" : "generic"; },
         "The implementation 'auto' resolves to on this CPU and environment.");
   m.def("dequantize", &dequantize, "fmt"_a, "raw"_a, "out"_a, "impl"_a = "auto",
-        "Dequantize Q8_0 or MXFP4 blocks into a float32 array.");
+        "Dequantize blocks of any weight format (formats()) into a float32 array.");
+  m.def("formats", [] {
+    nb::list out;
+    for (int i = 0; i <= int(gd::Format::MXFP4); ++i) out.append(gd::info(gd::Format(i)).name);
+    return out;
+  }, "The weight formats the kernels take.");
   m.def("matmul", &matmul, "fmt"_a, "weights"_a, "x"_a, "out"_a, "bias"_a = nb::none(), "impl"_a = "auto",
         "acts"_a = "i16",
         "out[t, n] = weights[n] . x[t] (+ bias[n]) for quantized weight rows; activations as int16 blocks "

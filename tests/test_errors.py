@@ -4,11 +4,12 @@ import os
 import re
 import struct
 
+import numpy as np
 import pytest
 
 import goosedump
 from goosedump import synth
-from goosedump.gguf import GGMLType, GGUFError, GGUFFile, ValueType
+from goosedump.gguf import GGMLType, GGUFError, GGUFFile, ValueType, tensor_nbytes
 
 
 def write(tmp_path, small_vocab, edit=None, name="bad.gguf"):
@@ -120,16 +121,26 @@ def test_missing_tensor(tmp_path, small_vocab):
     def edit(kv, tensors):
         tensors[:] = [t for t in tensors if t.name != "blk.2.attn_sinks.weight"]
     expect_error(write(tmp_path, small_vocab, edit), "missing tensor 'blk.2.attn_sinks.weight'",
-                 r"expected F32 \[4\]")
+                 r"expected F32/F16/BF16 \[4\]")
 
 
-def test_wrong_type(tmp_path, small_vocab):
+def test_unsupported_type(tmp_path, small_vocab):
+    """A type the kernels do not take is refused by name, with the list of
+    those this tensor may have; so is a type a tensor's role cannot hold."""
     def edit(kv, tensors):
         t = next(t for t in tensors if t.name == "blk.1.attn_q.weight")
-        t.type = GGMLType.F32
-        t.init = "normal"
+        t.type = GGMLType.Q8_1
+        t.data = np.zeros(tensor_nbytes(t.type, t.dims), np.uint8)
     expect_error(write(tmp_path, small_vocab, edit), "tensor 'blk.1.attn_q.weight'",
-                 "wrong type F32", "expected Q8_0")
+                 "has type Q8_1, which is a type goosedump does not run",
+                 "supported for this tensor: F32, F16, BF16, Q4_0, .*Q6_K, IQ4_NL, IQ4_XS, MXFP4")
+
+    def edit_bias(kv, tensors):
+        t = next(t for t in tensors if t.name == "blk.0.ffn_up_exps.bias")
+        t.type = GGMLType.F16
+        t.init = "matrix"
+    expect_error(write(tmp_path, small_vocab, edit_bias), "tensor 'blk.0.ffn_up_exps.bias'",
+                 "has type F16, which cannot hold this tensor; supported for this tensor: F32$")
 
 
 def test_wrong_shape(tmp_path, small_vocab):

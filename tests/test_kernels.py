@@ -44,7 +44,7 @@ def test_dequantize_rejects_bad_sizes():
     with pytest.raises(ValueError, match="output holds 31 floats, expected 32"):
         _kernels.dequantize("mxfp4", np.zeros(17, np.uint8), np.zeros(31, np.float32))
     with pytest.raises(ValueError, match="format must be"):
-        _kernels.dequantize("q4_0", np.zeros(18, np.uint8), np.zeros(32, np.float32))
+        _kernels.dequantize("q4_2", np.zeros(18, np.uint8), np.zeros(32, np.float32))
     with pytest.raises(ValueError, match="impl must be"):
         _kernels.dequantize("q8_0", np.zeros(34, np.uint8), np.zeros(32, np.float32), "sse9")
 

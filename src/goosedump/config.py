@@ -162,10 +162,18 @@ def _check_consistency(f: GGUFFile, c: ModelConfig) -> None:
                   f"({c.yarn_beta_fast})")
 
 
-# Allowed ggml types per tensor role: what the engine computes with.
-MATRIX_TYPES = (GGMLType.Q8_0,)
-EXPERT_TYPES = (GGMLType.MXFP4,)
-VECTOR_TYPES = (GGMLType.F32,)
+# Allowed ggml types per tensor role: what the engine computes with. Every
+# matrix (the embedding, attention, the output head, the experts) may be any
+# format the kernels take; vectors (norms, biases, sinks, the router) are
+# floats, converted to F32 at load; the experts' biases ride in the expert
+# cache's slots as they are, so they must be F32 (as every converter writes
+# them).
+MATRIX_TYPES = (GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0,
+                GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K,
+                GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4)
+EXPERT_TYPES = MATRIX_TYPES
+VECTOR_TYPES = (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
+EXPERT_BIAS_TYPES = (GGMLType.F32,)
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[GGMLType, ...]]]:
@@ -195,11 +203,11 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[G
             b + "ffn_gate_inp.weight": ((D, E), VECTOR_TYPES),
             b + "ffn_gate_inp.bias": ((E,), VECTOR_TYPES),
             b + "ffn_gate_exps.weight": ((D, F, E), EXPERT_TYPES),
-            b + "ffn_gate_exps.bias": ((F, E), VECTOR_TYPES),
+            b + "ffn_gate_exps.bias": ((F, E), EXPERT_BIAS_TYPES),
             b + "ffn_up_exps.weight": ((D, F, E), EXPERT_TYPES),
-            b + "ffn_up_exps.bias": ((F, E), VECTOR_TYPES),
+            b + "ffn_up_exps.bias": ((F, E), EXPERT_BIAS_TYPES),
             b + "ffn_down_exps.weight": ((F, D, E), EXPERT_TYPES),
-            b + "ffn_down_exps.bias": ((D, E), VECTOR_TYPES),
+            b + "ffn_down_exps.bias": ((D, E), EXPERT_BIAS_TYPES),
         }
     return t
 
@@ -218,8 +226,9 @@ def check_tensors(f: GGUFFile, c: ModelConfig) -> None:
             raise GGUFError(f"{f.path}: missing tensor '{name}' (expected "
                             f"{'/'.join(x.name for x in types)} {list(dims)})")
         if t.type not in types:
-            raise GGUFError(f"{f.path}: tensor '{name}' has wrong type {type_name(t.type)}, "
-                            f"expected {' or '.join(x.name for x in types)}")
+            what = "is a type goosedump does not run" if t.type not in MATRIX_TYPES else "cannot hold this tensor"
+            raise GGUFError(f"{f.path}: tensor '{name}' has type {type_name(t.type)}, which {what}; supported for "
+                            f"this tensor: {', '.join(x.name for x in types)}")
         if t.dims != dims:
             raise GGUFError(f"{f.path}: tensor '{name}' has wrong shape {list(t.dims)}, expected "
                             f"{list(dims)} (ggml order, innermost first)")

@@ -99,7 +99,8 @@ class StoreStats:
 
 @dataclass
 class _Piece:
-    offset: int        # of expert 0 in the file
+    part: int          # the file (of a split set) that holds it
+    offset: int        # of expert 0 in that file
     stride: int        # bytes from one expert to the next
     nbytes: int        # one expert's bytes
     slot_offset: int   # where it goes inside a slot
@@ -133,7 +134,7 @@ class ExpertStore:
                     shape, dtype = t.dims[:1], np.dtype("<f4")
                 else:  # rows of quantized blocks
                     shape, dtype = (t.dims[1], per_expert // t.dims[1]), np.dtype(np.uint8)
-                layer[name] = _Piece(t.offset, per_expert, per_expert, slot_offsets[name], shape, dtype)
+                layer[name] = _Piece(t.part, t.offset, per_expert, per_expert, slot_offsets[name], shape, dtype)
             self._pieces.append(layer)
         self.slot_bytes = slot_bytes
         self.total_experts = c.n_layer * c.n_expert
@@ -163,23 +164,35 @@ class ExpertStore:
         # once, in the thread that registers it, which holds this lock.
         self._lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="goosedump-read")
-        self._fd = os.open(f.path, os.O_RDONLY)
         self.direct = False
-        if not page_cache:
+        self._fds = self._open(f, direct=not page_cache)    # one per file of a split set
+
+    def _open(self, f: GGUFFile, direct: bool) -> list[int]:
+        fds: list[int] = []
+        if direct:
             try:
-                direct_fd = os.open(f.path, os.O_RDONLY | os.O_DIRECT)
-                os.close(self._fd)
-                self._fd, self.direct = direct_fd, True
-            except (OSError, AttributeError):
+                for part in f.parts:
+                    fds.append(os.open(part.path, os.O_RDONLY | os.O_DIRECT))
+                self.direct = True
+                return fds
+            except (OSError, AttributeError):   # the file system refuses O_DIRECT: drop pages after reading
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+        for part in f.parts:
+            fds.append(os.open(part.path, os.O_RDONLY))
+            if not self.page_cache:
                 # No readahead: it would pull the neighbouring experts' pages
                 # into the page cache, outside the budget and the DONTNEED ranges.
-                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
+                os.posix_fadvise(fds[-1], 0, 0, os.POSIX_FADV_RANDOM)
+        return fds
 
     def close(self) -> None:
-        if not self.in_place and self._fd >= 0:
+        if not self.in_place and self._fds:
             self._pool.shutdown(wait=True)
-            os.close(self._fd)
-            self._fd = -1
+            for fd in self._fds:
+                os.close(fd)
+            self._fds = []
 
     # -- views -------------------------------------------------------------
     def _mapped_view(self, layer: int, e: int) -> ExpertView:
@@ -187,7 +200,7 @@ class ExpertStore:
         parts = []
         for name in PIECES:
             p = self._pieces[layer][name]
-            raw = f.buf[p.offset + e * p.stride:p.offset + e * p.stride + p.nbytes]
+            raw = f.parts[p.part].buf[p.offset + e * p.stride:p.offset + e * p.stride + p.nbytes]
             parts.append(raw.view(p.dtype).reshape(p.shape))
         return ExpertView(*parts)
 
@@ -218,17 +231,17 @@ class ExpertStore:
             done = 0
             while done < need:
                 try:
-                    n = os.preadv(self._fd, [dst[done:] if self.direct else dst[done:need]], start + done)
+                    n = os.preadv(self._fds[p.part], [dst[done:] if self.direct else dst[done:need]], start + done)
                 except OSError as err:
-                    raise ExpertReadError(f"{self.file.path}: reading blk.{layer}.{name} expert {e} "
+                    raise ExpertReadError(f"{self.file.parts[p.part].path}: reading blk.{layer}.{name} expert {e} "
                                           f"({p.nbytes} bytes at byte {offset}): {err}") from None
                 if n == 0:
-                    raise ExpertReadError(f"{self.file.path}: short read of blk.{layer}.{name} expert {e}: "
+                    raise ExpertReadError(f"{self.file.parts[p.part].path}: short read of blk.{layer}.{name} expert {e}: "
                                           f"got {max(0, done - shift)} of {p.nbytes} bytes at byte {offset} "
                                           f"(was the file truncated?)")
                 done += n
             if not self.page_cache and not self.direct:
-                os.posix_fadvise(self._fd, start, length, os.POSIX_FADV_DONTNEED)
+                os.posix_fadvise(self._fds[p.part], start, length, os.POSIX_FADV_DONTNEED)
             total += p.nbytes
         with self._lock:
             self.stats.read_seconds += time.perf_counter() - t0

@@ -11,12 +11,14 @@ import enum
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import numpy as np
 
 from . import _kernels
+from .ggml import _ELEMENT_DTYPES, BLOCK_SIZES, GGMLType, tensor_nbytes, type_name  # noqa: F401
+from .gguf_split import SplitError, first_part, part_path, set_prefix
 
 MAGIC = b"GGUF"
 _MADV_POPULATE_READ = 22  # Linux 5.14+; Python's mmap module does not name it
@@ -66,79 +68,6 @@ _STRUCT_FORMATS = {
 }
 
 
-class GGMLType(enum.IntEnum):
-    F32 = 0
-    F16 = 1
-    Q4_0 = 2
-    Q4_1 = 3
-    Q5_0 = 6
-    Q5_1 = 7
-    Q8_0 = 8
-    Q8_1 = 9
-    Q2_K = 10
-    Q3_K = 11
-    Q4_K = 12
-    Q5_K = 13
-    Q6_K = 14
-    Q8_K = 15
-    IQ2_XXS = 16
-    IQ2_XS = 17
-    IQ3_XXS = 18
-    IQ1_S = 19
-    IQ4_NL = 20
-    IQ3_S = 21
-    IQ2_S = 22
-    IQ4_XS = 23
-    I8 = 24
-    I16 = 25
-    I32 = 26
-    I64 = 27
-    F64 = 28
-    IQ1_M = 29
-    BF16 = 30
-    TQ1_0 = 34
-    TQ2_0 = 35
-    MXFP4 = 39
-
-
-# (values per block, bytes per block), as in ggml.
-BLOCK_SIZES: dict[GGMLType, tuple[int, int]] = {
-    GGMLType.F32: (1, 4), GGMLType.F16: (1, 2), GGMLType.Q4_0: (32, 18), GGMLType.Q4_1: (32, 20),
-    GGMLType.Q5_0: (32, 22), GGMLType.Q5_1: (32, 24), GGMLType.Q8_0: (32, 34), GGMLType.Q8_1: (32, 36),
-    GGMLType.Q2_K: (256, 84), GGMLType.Q3_K: (256, 110), GGMLType.Q4_K: (256, 144),
-    GGMLType.Q5_K: (256, 176), GGMLType.Q6_K: (256, 210), GGMLType.Q8_K: (256, 292),
-    GGMLType.IQ2_XXS: (256, 66), GGMLType.IQ2_XS: (256, 74), GGMLType.IQ3_XXS: (256, 98),
-    GGMLType.IQ1_S: (256, 50), GGMLType.IQ4_NL: (32, 18), GGMLType.IQ3_S: (256, 110),
-    GGMLType.IQ2_S: (256, 82), GGMLType.IQ4_XS: (256, 136), GGMLType.I8: (1, 1), GGMLType.I16: (1, 2),
-    GGMLType.I32: (1, 4), GGMLType.I64: (1, 8), GGMLType.F64: (1, 8), GGMLType.IQ1_M: (256, 56),
-    GGMLType.BF16: (1, 2), GGMLType.TQ1_0: (256, 54), GGMLType.TQ2_0: (256, 66),
-    GGMLType.MXFP4: (32, 17),
-}
-
-# Plain element types get a typed numpy view; block types a uint8 view per row.
-_ELEMENT_DTYPES = {
-    GGMLType.F32: np.dtype("<f4"), GGMLType.F16: np.dtype("<f2"), GGMLType.F64: np.dtype("<f8"),
-    GGMLType.I8: np.dtype("<i1"), GGMLType.I16: np.dtype("<i2"), GGMLType.I32: np.dtype("<i4"),
-    GGMLType.I64: np.dtype("<i8"), GGMLType.BF16: np.dtype("<u2"),
-}
-
-
-def type_name(type_id: int) -> str:
-    try:
-        return GGMLType(type_id).name
-    except ValueError:
-        return f"type {type_id}"
-
-
-def tensor_nbytes(type_id: int, dims: tuple[int, ...]) -> int:
-    """Bytes a tensor of this ggml type and ggml dims (innermost first) takes."""
-    block, size = BLOCK_SIZES[GGMLType(type_id)]
-    n = 1
-    for d in dims:
-        n *= d
-    return n // block * size
-
-
 class StringArray:
     """A GGUF array of strings, decoded lazily from the memory map."""
 
@@ -176,8 +105,9 @@ class TensorInfo:
     name: str
     dims: tuple[int, ...]       # ggml order: innermost (contiguous) first
     type: int                   # ggml type id
-    offset: int                 # absolute byte offset in the file
+    offset: int                 # absolute byte offset in its part's file
     nbytes: int
+    part: int = 0               # which file of a split set holds it (0: the first, or the only one)
 
     @property
     def type_name(self) -> str:
@@ -190,9 +120,11 @@ class TensorInfo:
 
 
 class GGUFFile:
-    """A memory-mapped GGUF file. Use as a context manager or call close()."""
+    """A memory-mapped GGUF file, or the first part of a split set, which then
+    holds the tensors of every part (`parts`; each tensor's `part` says
+    where its bytes are). Use as a context manager or call close()."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, whole_set: bool = True):
         self.path = os.fspath(path)
         try:
             with open(self.path, "rb") as f:
@@ -206,7 +138,50 @@ class GGUFFile:
         self.buf = np.frombuffer(self._mmap, dtype=np.uint8)
         self.fields: dict[str, Field] = {}
         self.tensors: dict[str, TensorInfo] = {}
+        self.parts: list[GGUFFile] = [self]
         self._parse()
+        if whole_set and self.split_count > 1:
+            try:
+                first = first_part(self)
+            except SplitError as e:
+                raise GGUFError(str(e)) from None
+            if os.path.abspath(first) != os.path.abspath(self.path):
+                if not os.path.exists(first):
+                    raise GGUFError(f"{self.path}: part 1 of the split set of {self.split_count} (the one "
+                                    f"with the model's metadata) is missing: expected {first}")
+                self.__init__(first)        # a set opens from its first part, whichever part was named
+                return
+            self._join_parts()
+
+    def _join_parts(self) -> None:
+        """Open the other parts of this (first) part's set and add their
+        tensors, each marked with its part."""
+        prefix, no = set_prefix(self)
+        if no != 0:
+            raise self._fail(f"expected the first part of the set (split.no 0), found split.no {no}")
+        count = self.split_count
+        for k in range(1, count):
+            path = part_path(prefix, k + 1, count)
+            if not os.path.exists(path):
+                raise self._fail(f"part {k + 1} of the split set of {count} is missing: expected {path}")
+            part = GGUFFile(path, whole_set=False)
+            if part.split_count != count or int(part.get("split.no", -1)) != k:
+                raise GGUFError(f"{path}: expected part {k + 1} of {count} (split.no {k}, split.count {count}), "
+                                f"found split.no {part.get('split.no')}, split.count {part.get('split.count')}")
+            for name, t in part.tensors.items():
+                if name in self.tensors:
+                    raise GGUFError(f"{path}: tensor '{name}' is also in part {self.tensors[name].part + 1}")
+                self.tensors[name] = replace(t, part=k)
+            self.parts.append(part)
+        total = self.get("split.tensors.count")
+        if total is not None and int(total) != len(self.tensors):
+            raise self._fail(f"split.tensors.count says {int(total)} tensors, the {count} parts hold "
+                             f"{len(self.tensors)}")
+
+    @property
+    def split_count(self) -> int:
+        """Parts in this file's split set (1: not split)."""
+        return int(self.get("split.count", 1))
 
     # -- context manager ----------------------------------------------------
     def __enter__(self) -> "GGUFFile":
@@ -217,8 +192,9 @@ class GGUFFile:
 
     def close(self) -> None:
         # Views handed out keep the map alive; drop ours and let GC unmap.
-        self.buf = None  # type: ignore[assignment]
-        self._mmap = None  # type: ignore[assignment]
+        for part in self.parts:
+            part.buf = None  # type: ignore[assignment]
+            part._mmap = None  # type: ignore[assignment]
 
     # -- metadata ------------------------------------------------------------
     def __contains__(self, key: str) -> bool:
@@ -229,6 +205,9 @@ class GGUFFile:
         return default if field is None else field.value
 
     # -- residency -----------------------------------------------------------
+    def populate_tensor(self, t: TensorInfo) -> None:
+        self.parts[t.part].populate(t.offset, t.offset + t.nbytes)
+
     def populate(self, start: int = 0, end: int | None = None) -> None:
         """Map the pages of [start, end) into this process now (reading them if
         they are not in the page cache), so compute never stalls on page
@@ -247,7 +226,28 @@ class GGUFFile:
     def tensor_bytes(self, name: str) -> np.ndarray:
         """The tensor's raw bytes, a zero-copy uint8 view."""
         t = self.tensors[name]
-        return self.buf[t.offset:t.offset + t.nbytes]
+        return self.parts[t.part].buf[t.offset:t.offset + t.nbytes]
+
+    def rows(self, name: str) -> np.ndarray:
+        """The tensor's bytes as rows, a zero-copy uint8 view of shape
+        (*outer dims, bytes per row), whatever its type (the form the
+        kernels take)."""
+        t = self.tensors[name]
+        block, size = BLOCK_SIZES[GGMLType(t.type)]
+        return self.tensor_bytes(name).reshape(*t.shape[:-1], t.dims[0] // block * size)
+
+    def floats(self, name: str) -> np.ndarray:
+        """A float tensor (F32, F16 or BF16) as float32, in numpy order: the
+        map's own view for F32, a converted copy otherwise."""
+        t = self.tensors[name]
+        x = self.tensor(name)
+        if t.type == GGMLType.F32:
+            return np.ascontiguousarray(x)
+        if t.type == GGMLType.F16:
+            return x.astype(np.float32)
+        if t.type == GGMLType.BF16:
+            return (x.astype(np.uint32) << 16).view(np.float32)
+        raise GGUFError(f"{self.path}: tensor '{name}' is {t.type_name}, expected a float type (F32, F16, BF16)")
 
     def tensor(self, name: str) -> np.ndarray:
         """Zero-copy numpy view: element types in numpy order (outermost first);

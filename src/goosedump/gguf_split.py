@@ -7,9 +7,7 @@ set from its first part; the first part's GGUFFile then lists every tensor,
 each with the part that holds it (offsets are within that part's file)."""
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import replace
 
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -19,9 +17,13 @@ def part_path(prefix: str, no: int, count: int) -> str:
     return f"{prefix}-{no:05d}-of-{count:05d}.gguf"
 
 
-def _error(msg: str):
-    from .gguf import GGUFError
-    return GGUFError(msg)
+class SplitError(ValueError):
+    """A split set whose parts do not fit together (goosedump.gguf raises
+    these as GGUFError)."""
+
+
+def _error(msg: str) -> SplitError:
+    return SplitError(msg)
 
 
 def set_prefix(f) -> tuple[str, int]:
@@ -43,29 +45,3 @@ def set_prefix(f) -> tuple[str, int]:
 def first_part(f) -> str:
     prefix, _ = set_prefix(f)
     return part_path(prefix, 1, f.split_count)
-
-
-def join_parts(first) -> None:
-    """Open the other parts of `first`'s set and add their tensors to it."""
-    from .gguf import GGUFFile
-    prefix, no = set_prefix(first)
-    if no != 0:
-        raise _error(f"{first.path}: expected the first part of the set (split.no 0), found split.no {no}")
-    count = first.split_count
-    for k in range(1, count):
-        path = part_path(prefix, k + 1, count)
-        if not os.path.exists(path):
-            raise _error(f"{first.path}: part {k + 1} of the split set of {count} is missing: expected {path}")
-        part = GGUFFile(path, whole_set=False)
-        if part.split_count != count or int(part.get("split.no", -1)) != k:
-            raise _error(f"{path}: expected part {k + 1} of {count} (split.no {k}, split.count {count}), found "
-                         f"split.no {part.get('split.no')}, split.count {part.get('split.count')}")
-        for name, t in part.tensors.items():
-            if name in first.tensors:
-                raise _error(f"{path}: tensor '{name}' is also in part {first.tensors[name].part + 1}")
-            first.tensors[name] = replace(t, part=k)
-        first.parts.append(part)
-    total = first.get("split.tensors.count")
-    if total is not None and int(total) != len(first.tensors):
-        raise _error(f"{first.path}: split.tensors.count says {int(total)} tensors, the {count} parts hold "
-                     f"{len(first.tensors)}")

@@ -68,7 +68,7 @@ class Model:
             # when the budget covers them all.
             for t in self.file.tensors.values():
                 if store.in_place or not is_expert_tensor(t.name):
-                    self.file.populate(t.offset, t.offset + t.nbytes)
+                    self.file.populate_tensor(t)
         return self._transformer
 
     @property

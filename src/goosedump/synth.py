@@ -17,8 +17,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .gguf import GGMLType, ValueType, tensor_nbytes
+from . import randblocks
+from .gguf import BLOCK_SIZES, GGMLType, ValueType, tensor_nbytes
 from .gguf_writer import GGUFWriter
+from .recipes import DEFAULT_RECIPE, apply_recipe
 from .vocab import N_MERGEABLE, gguf_vocab, harmony_token_bytes
 
 V = ValueType
@@ -181,9 +183,6 @@ def tensors(p: Preset, n_vocab: int, routing: str = "uniform") -> list[TensorSpe
 
 # ---- random data -------------------------------------------------------------
 
-# Root-mean-square of the doubled FP4 values over the 16 codes.
-_MXFP4_RMS = float(np.sqrt(np.mean(np.array([0, 1, 2, 3, 4, 6, 8, 12] * 2, dtype=np.float64) ** 2)))
-_INT8_RMS = float(np.sqrt(np.mean(np.arange(-128, 128, dtype=np.float64) ** 2)))
 _CHUNK = 1 << 24  # bytes per generated chunk for tensors without an expert axis
 
 
@@ -191,26 +190,11 @@ def _rng(seed: int, name: str, part: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(name.encode()), part])
 
 
-def _q8_0(rng: np.random.Generator, n_blocks: int, scale: float) -> np.ndarray:
-    blocks = np.frombuffer(rng.bytes(n_blocks * 34), dtype=np.uint8).reshape(n_blocks, 34).copy()
-    d = (scale / _INT8_RMS) * rng.uniform(0.75, 1.25, n_blocks)
-    blocks[:, :2] = d.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
-    return blocks
-
-
-def _mxfp4(rng: np.random.Generator, n_blocks: int, scale: float) -> np.ndarray:
-    blocks = np.frombuffer(rng.bytes(n_blocks * 17), dtype=np.uint8).reshape(n_blocks, 17).copy()
-    e = int(round(128 + np.log2(scale / _MXFP4_RMS)))
-    blocks[:, 0] = np.clip(e + rng.integers(-1, 2, n_blocks), 1, 254)
-    return blocks
-
-
 def _chunks(t: TensorSpec, seed: int) -> Iterator[np.ndarray]:
-    nbytes = tensor_nbytes(t.type, t.dims)
     if t.data is not None:
         yield t.data
         return
-    if t.type == GGMLType.F32:
+    if t.init not in ("matrix", "experts"):   # vectors: F32
         n = int(np.prod(t.dims))
         rng = _rng(seed, t.name, 0)
         if t.init == "norm":
@@ -223,40 +207,63 @@ def _chunks(t: TensorSpec, seed: int) -> Iterator[np.ndarray]:
         else:
             yield (t.scale * rng.standard_normal(n)).astype("<f4")
         return
-    if t.type == GGMLType.MXFP4:  # one expert at a time
-        n_experts = t.dims[2]
-        per_expert = t.dims[0] * t.dims[1] // 32
-        for e in range(n_experts):
-            yield _mxfp4(_rng(seed, t.name, e), per_expert, t.scale)
+    values, size = BLOCK_SIZES[GGMLType(t.type)]
+    if t.init == "experts":  # one expert at a time
+        per_expert = t.dims[0] * t.dims[1] // values
+        for e in range(t.dims[2]):
+            yield randblocks.blocks(t.type, _rng(seed, t.name, e), per_expert, t.scale)
         return
-    block_bytes = 34
-    n_blocks = nbytes // block_bytes
-    step = _CHUNK // block_bytes
+    n_blocks = tensor_nbytes(t.type, t.dims) // size
+    step = _CHUNK // size
     for part, start in enumerate(range(0, n_blocks, step)):
-        yield _q8_0(_rng(seed, t.name, part), min(step, n_blocks - start), t.scale)
+        yield randblocks.blocks(t.type, _rng(seed, t.name, part), min(step, n_blocks - start), t.scale)
 
 
 def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0,
                 progress: bool = False, vocab=None,
-                edit: Callable[[list, list], None] | None = None, routing: str = "uniform") -> int:
-    """Write a synthetic model. `vocab` (tokens, types, merges) replaces the
-    real vocabulary (tests use small ones); `edit(kv, tensors)` may change the
-    description before anything is written (tests use it to craft bad files).
-    Returns the number of bytes written."""
+                edit: Callable[[list, list], None] | None = None, routing: str = "uniform",
+                recipe: str = DEFAULT_RECIPE, split_max_size: int | None = None) -> int:
+    """Write a synthetic model. `recipe` picks each tensor's type as the
+    published files do (goosedump.recipes); `split_max_size` (bytes of tensor
+    data per file) writes a split set NAME-00001-of-0000N.gguf, ... as
+    llama-gguf-split does, named after out_path. `vocab` (tokens, types,
+    merges) replaces the real vocabulary (tests use small ones);
+    `edit(kv, tensors)` may change the description before anything is
+    written (tests use it to craft bad files). Returns the number of bytes
+    written (all parts)."""
     p = PRESETS[preset] if isinstance(preset, str) else preset
     kv = metadata(p, vocab)
     n_vocab = len(kv[[k for k, *_ in kv].index("tokenizer.ggml.tokens")][2])
     specs = tensors(p, n_vocab, routing)
+    file_type = apply_recipe(specs, recipe)
+    kv = [(k, vt, file_type if k == "general.file_type" else v, et) for k, vt, v, et in kv]
     if edit is not None:
         edit(kv, specs)
+    parts = split_specs(specs, split_max_size) if split_max_size else [specs]
+    paths = [os.fspath(out_path)] if len(parts) == 1 else split_paths(os.fspath(out_path), len(parts))
     total = sum(tensor_nbytes(t.type, t.dims) for t in specs)
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                   desc=f"synth {p.name}", dynamic_ncols=True)
-    tmp = f"{os.fspath(out_path)}.partial" if os.path.basename(os.fspath(out_path)) != "null" else None
-    target = tmp or os.fspath(out_path)
+                   desc=f"synth {p.name} {recipe}", dynamic_ncols=True)
+    written = 0
+    try:
+        for k, (path, part) in enumerate(zip(paths, parts)):
+            part_kv = kv if k == 0 else []
+            if len(parts) > 1:    # the split keys, after the model's (llama-gguf-split's order)
+                part_kv = part_kv + [("split.no", V.UINT16, k, None), ("split.count", V.UINT16, len(parts), None),
+                                     ("split.tensors.count", V.INT32, len(specs), None)]
+            written += _write_file(path, part_kv, part, seed, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    return written
+
+
+def _write_file(path: str, kv: list, specs: list[TensorSpec], seed: int, bar) -> int:
+    tmp = f"{path}.partial" if os.path.basename(path) != "null" else None
+    target = tmp or path
     try:
         with open(target, "wb") as f:
             w = GGUFWriter(f)
@@ -275,13 +282,36 @@ def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0
             w.finish()
             written = w.bytes_written
         if tmp:
-            os.replace(tmp, out_path)
+            os.replace(tmp, path)
     finally:
-        if bar is not None:
-            bar.close()
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
     return written
+
+
+def split_specs(specs: list[TensorSpec], max_bytes: int) -> list[list[TensorSpec]]:
+    """Tensors in order, a new part whenever the next would take a part's
+    tensor data past max_bytes (llama-gguf-split --split-max-size; a tensor
+    larger than that gets a part of its own)."""
+    parts: list[list[TensorSpec]] = [[]]
+    size = 0
+    for t in specs:
+        n = -(-tensor_nbytes(t.type, t.dims) // 32) * 32
+        if parts[-1] and size + n > max_bytes:
+            parts.append([])
+            size = 0
+        parts[-1].append(t)
+        size += n
+    return parts
+
+
+def split_paths(out_path: str, count: int) -> list[str]:
+    """The parts' names: out_path without .gguf (and without a -0000K-of-0000N
+    of its own), then -00001-of-0000N.gguf ... (llama-gguf-split's names)."""
+    from .gguf_split import SPLIT_NAME, part_path
+    m = SPLIT_NAME.match(out_path)
+    prefix = m["prefix"] if m else out_path.removesuffix(".gguf")
+    return [part_path(prefix, k + 1, count) for k in range(count)]
 
 
 def small_vocab(n_words: int = 512):

@@ -17,7 +17,12 @@ from .gguf import GGMLType, GGUFFile
 SWIGLU_ALPHA = 1.702   # gpt-oss's SwiGLU: hard-coded in the architecture, no GGUF key
 SWIGLU_LIMIT = 7.0
 
-FORMATS = {GGMLType.Q8_0: "q8_0", GGMLType.MXFP4: "mxfp4"}
+# Every ggml type the kernels take, by the name the native side knows it by
+# (csrc/formats.h; goosedump.config says which roles may use which).
+FORMATS = {GGMLType.F32: "f32", GGMLType.F16: "f16", GGMLType.BF16: "bf16", GGMLType.Q4_0: "q4_0",
+           GGMLType.Q4_1: "q4_1", GGMLType.Q5_0: "q5_0", GGMLType.Q5_1: "q5_1", GGMLType.Q8_0: "q8_0",
+           GGMLType.Q2_K: "q2_k", GGMLType.Q3_K: "q3_k", GGMLType.Q4_K: "q4_k", GGMLType.Q5_K: "q5_k",
+           GGMLType.Q6_K: "q6_k", GGMLType.IQ4_NL: "iq4_nl", GGMLType.IQ4_XS: "iq4_xs", GGMLType.MXFP4: "mxfp4"}
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -111,8 +116,7 @@ class Head:
 
 def qmatrix(f: GGUFFile, name: str, bias: str | None = None, acts: str = "i16") -> QMatrix:
     t = f.tensors[name]
-    return QMatrix(FORMATS[GGMLType(t.type)], f.tensor(name),
-                   None if bias is None else np.ascontiguousarray(f.tensor(bias)), acts)
+    return QMatrix(FORMATS[GGMLType(t.type)], f.rows(name), None if bias is None else f.floats(bias), acts)
 
 
 def load_layers(f: GGUFFile, c: ModelConfig, acts: str) -> list[Layer]:
@@ -121,7 +125,7 @@ def load_layers(f: GGUFFile, c: ModelConfig, acts: str) -> list[Layer]:
         b = f"blk.{i}."
 
         def vec(name: str) -> np.ndarray:
-            return np.ascontiguousarray(f.tensor(b + name))
+            return f.floats(b + name)
 
         exp_fmt = FORMATS[GGMLType(f.tensors[b + "ffn_gate_exps.weight"].type)]
         layers.append(Layer(
@@ -134,14 +138,13 @@ def load_layers(f: GGUFFile, c: ModelConfig, acts: str) -> list[Layer]:
             post_attention_norm=vec("post_attention_norm.weight"),
             ffn_gate_inp=vec("ffn_gate_inp.weight"),
             ffn_gate_inp_bias=vec("ffn_gate_inp.bias"),
-            experts=Experts(exp_fmt, f.tensor(b + "ffn_gate_exps.weight"), vec("ffn_gate_exps.bias"),
-                            f.tensor(b + "ffn_up_exps.weight"), vec("ffn_up_exps.bias"),
-                            f.tensor(b + "ffn_down_exps.weight"), vec("ffn_down_exps.bias"), acts),
+            experts=Experts(exp_fmt, f.rows(b + "ffn_gate_exps.weight"), vec("ffn_gate_exps.bias"),
+                            f.rows(b + "ffn_up_exps.weight"), vec("ffn_up_exps.bias"),
+                            f.rows(b + "ffn_down_exps.weight"), vec("ffn_down_exps.bias"), acts),
             window=c.sliding_window if c.is_sliding(i) else 0,
         ))
     return layers
 
 
 def load_head(f: GGUFFile, c: ModelConfig, acts: str) -> Head:
-    return Head(np.ascontiguousarray(f.tensor("output_norm.weight")), qmatrix(f, "output.weight", acts=acts),
-                c.rms_eps)
+    return Head(f.floats("output_norm.weight"), qmatrix(f, "output.weight", acts=acts), c.rms_eps)

@@ -1,0 +1,84 @@
+// Internal to the products (matmul.cpp): the row kernels of each instruction
+// set and what they share. Rows [n0, n1) of W times T tokens of activations:
+// Y[t, n] = W[n] . x[t] + bias[n]. One accumulator per token whatever the
+// tile, so a token's sums are formed in the same order alone or in a batch.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "formats.h"
+
+namespace gd {
+
+constexpr size_t kTokenTile = 8;
+constexpr int kScaleBias = 128;   // ActView::e[b] = kScaleBias - k for an activation block scale 2^-k
+
+// Where block b of token t sits in the I16 form (in blocks): tokens in
+// tiles of kTokenTile, a tile's blocks one after another, each holding the
+// tile's tokens. A tile's activations are contiguous and a block's step
+// is small (a token-major walk over a few tokens would land on few cache
+// sets; a fully block-major one too, at large T).
+inline size_t act_block(size_t t, size_t b, size_t T, size_t nb) {
+  const size_t t0 = t - t % kTokenTile, tt = std::min(kTokenTile, T - t0);
+  return t0 * nb + b * tt + (t - t0);
+}
+
+// The I16 activations of a product: q (int16 codes, 32 per block), d (each
+// block's scale 2^-k), e (kScaleBias - k, for MXFP4's scale table), s (the
+// sums of each half block's codes, for formats with minimums; else null).
+struct I16Acts {
+  const int16_t* q;
+  const float* d;
+  const int32_t* e;
+  const int32_t* s;
+};
+
+// Calls fn(std::integral_constant<int, tt>) for a tile of 1..8 tokens, so
+// kernels can keep one accumulator per token in registers.
+template <class Fn>
+inline void with_tile(size_t tt, Fn&& fn) {
+  switch (tt) {
+    case 8: fn(std::integral_constant<int, 8>{}); break;
+    case 7: fn(std::integral_constant<int, 7>{}); break;
+    case 6: fn(std::integral_constant<int, 6>{}); break;
+    case 5: fn(std::integral_constant<int, 5>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    default: fn(std::integral_constant<int, 1>{}); break;
+  }
+}
+
+// Rows [n0, n1) in tiles of up to 8 tokens: tile(TT, row, t0, out) computes
+// one row against tokens t0 .. t0 + TT - 1.
+template <class Tile>
+inline void rows_by_tiles(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, size_t T, float* Y,
+                          size_t ldy, const float* bias, Tile&& tile) {
+  const size_t rb = row_bytes(f, K);
+  float tmp[kTokenTile];
+  for (size_t n = n0; n < n1; ++n) {
+    const uint8_t* row = W + n * rb;
+    const float b = bias ? bias[n] : 0.f;
+    for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
+      const size_t tt = std::min(kTokenTile, T - t0);
+      with_tile(tt, [&](auto TT) { tile(TT, row, t0, tmp); });
+      for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n] = tmp[t] + b;
+    }
+  }
+}
+
+// The portable reference (rows_generic.cpp).
+void rows_generic(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx,
+                  size_t T, float* Y, size_t ldy, const float* bias);
+void rows_generic_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                      float* Y, size_t ldy, const float* bias);
+
+// AVX2 (rows_avx2.cpp); only called when the CPU has it.
+void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
+               float* Y, size_t ldy, const float* bias);
+void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                   float* Y, size_t ldy, const float* bias);
+
+}  // namespace gd

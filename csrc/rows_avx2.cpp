@@ -1,0 +1,337 @@
+// The row products in AVX2 (with FMA and F16C): one kernel shape for every
+// block format, fed by each format's code unpacking, plus the tuned Q8_0 and
+// MXFP4 paths and the plain-float rows. See rows.h for the contract.
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "formats.h"
+#include "matmul.h"
+#include "quants.h"
+#include "rows.h"
+#include "vecmath.h"
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace gd {
+namespace {
+
+// The scale of an MXFP4 block's sum in the I16 kernels, by table: the
+// weight scale e8m0_to_fp32_half(e) = 2^(e - 128) times the activation block
+// scale 2^-k, over the 256 the codes carry (see load_codes), is
+// 2^(e - 136 - k) = kMxfp4Scale[e + ActView::e[b]] with ActView::e[b] =
+// 128 - k. A broadcast load: no multiply and no register broadcast per block.
+struct Mxfp4ScaleTable {
+  float v[512];
+  Mxfp4ScaleTable() {
+    for (int i = 0; i < 512; ++i) v[i] = float(std::ldexp(1.0, i - 264));
+  }
+};
+const Mxfp4ScaleTable kMxfp4ScaleTable;
+const float* const kMxfp4Scale = kMxfp4ScaleTable.v;
+
+
+// ---- fp32 activations -----------------------------------------------------
+
+// 32 weights of one block as 4 x 8 floats.
+AVX2 inline void load_block_q(Format f, const uint8_t* blk, __m256 w[4]) {
+  __m128i lo, hi;
+  __m256 d;
+  if (f == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    d = _mm256_set1_ps(_cvtsh_ss(h));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    lo = _mm256_castsi256_si128(q);
+    hi = _mm256_extracti128_si256(q, 1);
+  } else {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    d = _mm256_set1_ps(e8m0_to_fp32_half(blk[0]));
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+    lo = _mm_shuffle_epi8(table, _mm_and_si128(qs, mask));
+    hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), mask));
+  }
+  w[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+  w[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))));
+  w[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
+  w[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))));
+}
+
+// 32 weights of any format as 4 x 8 floats: the tuned Q8_0 and MXFP4 paths,
+// the plain floats converted, other block formats through chunk_codes.
+AVX2 inline void load_block(Format f, const uint8_t* blk, int sub, __m256 w[4]) {
+  switch (f) {
+    case Format::Q8_0:
+    case Format::MXFP4:
+      return load_block_q(f, blk, w);
+    case Format::F32:
+      for (int k = 0; k < 4; ++k) w[k] = _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 8 * k);
+      return;
+    case Format::F16:
+      for (int k = 0; k < 4; ++k)
+        w[k] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * k)));
+      return;
+    case Format::BF16:
+      for (int k = 0; k < 4; ++k)
+        w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * k))), 16));
+      return;
+    default: {
+      alignas(32) float v[32];
+      int8_t q[32];
+      float d[2], m[2];
+      chunk_codes(f, blk, sub, q, d, m);
+      for (int j = 0; j < 32; ++j) v[j] = d[j / 16] * float(q[j]) + m[j / 16];
+      for (int k = 0; k < 4; ++k) w[k] = _mm256_load_ps(v + 8 * k);
+    }
+  }
+}
+
+// One row against TT (1 or 2) tokens. Each token's products are summed in
+// four accumulators (products k = 0..3 of each block in accumulator k), so
+// the FMA latency does not bound the speed at decode's one token, and a
+// token's sums are formed in the same order whatever the tile: tiles stay at
+// two tokens (the row stays in L1 across them) so that the accumulators fit
+// in registers.
+constexpr size_t kFloatTile = 2;
+
+template <Format F, int TT>
+AVX2 inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, size_t ldx,
+                          float* out /* TT values */) {
+  __m256 acc[TT][4];
+  for (int t = 0; t < TT; ++t)
+    for (int a = 0; a < 4; ++a) acc[t][a] = _mm256_setzero_ps();
+  for (size_t b = 0; b < n_blocks; ++b) {
+    __m256 w[4];
+    int sub;
+    const uint8_t* blk = chunk_block(F, row, b, sub);   // (sets sub)
+    load_block(F, blk, sub, w);
+    const float* xb = X + b * kBlock;
+    for (int t = 0; t < TT; ++t) {
+      const float* x = xb + t * ldx;
+      for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x + 8 * k), acc[t][k]);
+    }
+  }
+  for (int t = 0; t < TT; ++t)
+    out[t] = hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+}
+
+template <Format F>
+void rows_f32(const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T, float* Y,
+              size_t ldy, const float* bias) {
+  const size_t rb = row_bytes(F, K), nb = K / 32;
+  for (size_t n = n0; n < n1; ++n) {
+    const uint8_t* row = W + n * rb;
+    const float b = bias ? bias[n] : 0.f;
+    for (size_t t0 = 0; t0 < T; t0 += kFloatTile) {
+      float tmp[kFloatTile];
+      if (T - t0 >= 2) row_tile<F, 2>(row, nb, X + t0 * ldx, ldx, tmp);
+      else row_tile<F, 1>(row, nb, X + t0 * ldx, ldx, tmp);
+      for (size_t t = t0; t < std::min(T, t0 + kFloatTile); ++t) Y[t * ldy + n] = tmp[t - t0] + b;
+    }
+  }
+}
+
+// ---- int16 activations ------------------------------------------------------
+
+AVX2 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// 16 bytes of 4-bit codes as 32 bytes: the low nibbles (codes 0..15), then
+// the high ones (codes 16..31).
+AVX2 inline __m256i nibbles16(const uint8_t* qs) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
+}
+
+// 32 bytes' low (shift 0) or high (shift 4) nibbles.
+AVX2 inline __m256i nibbles32(const uint8_t* qs, int shift) {
+  return _mm256_and_si256(_mm256_srl_epi16(load256(qs), _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(0x0F));
+}
+
+// Bits n .. n + width - 1 of each of 32 bytes, in place at bit 0.
+AVX2 inline __m256i bits_of(const uint8_t* p, int n, int width) {
+  return _mm256_and_si256(_mm256_srl_epi16(load256(p), _mm_cvtsi32_si128(n)), _mm256_set1_epi8(char((1 << width) - 1)));
+}
+
+// Byte j: 0xFF where bit j of x is set.
+AVX2 inline __m256i bit_bytes(uint32_t x) {
+  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i sel = _mm256_set1_epi64x(int64_t(0x8040201008040201ULL));
+  const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(int(x)), shuf);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel);
+}
+
+// The 32 int8 codes of chunk `sub` of a block (formats.cpp's chunk_codes, in
+// registers).
+template <Format F>
+AVX2 inline __m256i codes8(const uint8_t* b, int sub) {
+  const __m256i iq4 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  if constexpr (F == Format::Q4_0) return _mm256_sub_epi8(nibbles16(b + 2), _mm256_set1_epi8(8));
+  if constexpr (F == Format::Q4_1) return nibbles16(b + 4);
+  if constexpr (F == Format::Q5_0 || F == Format::Q5_1) {
+    constexpr bool one = F == Format::Q5_1;
+    uint32_t qh;
+    std::memcpy(&qh, b + (one ? 4 : 2), 4);
+    const __m256i v = _mm256_or_si256(nibbles16(b + (one ? 8 : 6)),
+                                      _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10)));
+    return one ? v : _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+  }
+  if constexpr (F == Format::IQ4_NL) return _mm256_shuffle_epi8(iq4, nibbles16(b + 2));
+  if constexpr (F == Format::IQ4_XS) return _mm256_shuffle_epi8(iq4, nibbles16(b + 8 + 16 * sub));
+  if constexpr (F == Format::Q2_K) return bits_of(b + 16 + 32 * (sub / 4), 2 * (sub % 4), 2);
+  if constexpr (F == Format::Q3_K) {
+    const __m256i q = bits_of(b + 32 + 32 * (sub / 4), 2 * (sub % 4), 2);
+    const __m256i unset = _mm256_cmpeq_epi8(_mm256_and_si256(load256(b), _mm256_set1_epi8(char(1 << sub))),
+                                            _mm256_setzero_si256());
+    return _mm256_sub_epi8(q, _mm256_and_si256(unset, _mm256_set1_epi8(4)));
+  }
+  if constexpr (F == Format::Q4_K) return nibbles32(b + 16 + 32 * (sub / 2), 4 * (sub % 2));
+  if constexpr (F == Format::Q5_K)
+    return _mm256_or_si256(nibbles32(b + 48 + 32 * (sub / 2), 4 * (sub % 2)),
+                           _mm256_slli_epi16(bits_of(b + 16, sub, 1), 4));
+  if constexpr (F == Format::Q6_K) {
+    const int h = sub / 4, r = sub % 4;
+    const __m256i lo = nibbles32(b + 64 * h + 32 * (r & 1), r >= 2 ? 4 : 0);
+    const __m256i hi = _mm256_slli_epi16(bits_of(b + 128 + 32 * h, 2 * r, 2), 4);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+  }
+  return _mm256_setzero_si256();
+}
+
+// The 32 weight codes of a chunk as two vectors of 16 int16 that multiply
+// the first and the second 16 activations of the block's I16 form: codes
+// 0..15 and 16..31, widened from bytes. MXFP4 (its own tuned path): codes 0,
+// 2, .., 30 and 1, 3, .., 31 (the activations are in that order, see
+// act_slot), each times 256: its 4-bit codes go through the value table as
+// 32 int8 in one 256-bit shuffle; a 16-bit lane's low byte shifted up is the
+// even code times 256, its high byte masked is the odd code times 256 (one
+// shift and one and: a sign-extending widening takes three shifts). The
+// factor 256 is exact all the way (a lane sums 4 products below 2^29; a
+// float of 256 s is 256 times the float of s) and kMxfp4Scale divides it out.
+template <Format F>
+AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i& second) {
+  if constexpr (F == Format::Q8_0) {
+    first = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    second = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+  } else if constexpr (F == Format::MXFP4) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    // the 16 code bytes in both halves: low nibbles (codes 0..15) index the
+    // table in the first half, high nibbles (codes 16..31) in the second
+    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
+    // (one variable shift moves the second half's high nibbles down)
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), mask);
+    const __m256i w = _mm256_shuffle_epi8(table, idx);
+    first = _mm256_slli_epi16(w, 8);                                        // even codes x 256
+    second = _mm256_and_si256(w, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
+  } else {
+    const __m256i v = codes8<F>(blk, sub);
+    first = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
+    second = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
+  }
+}
+
+AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
+
+// One chunk against TT tokens, into their accumulators (acc: the scaled code
+// sums, 8 lanes each; accm: the minimums' terms); a points at the chunk's
+// run of the tile (act_block).
+template <Format F, int TT>
+AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const I16Acts& a, __m256* acc, float* accm) {
+  __m256i first, second;
+  load_codes<F>(blk, sub, first, second);
+  float d[2] = {0.f, 0.f}, m[2] = {0.f, 0.f};
+  if constexpr (F == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    d[0] = _cvtsh_ss(h);
+  } else if constexpr (F != Format::MXFP4) {
+    chunk_scales(F, blk, sub, d, m, half_avx2);
+  }
+  for (int t = 0; t < TT; ++t) {
+    const int16_t* q = a.q + t * 32;
+    const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    const __m256i s1 = _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)));
+    if constexpr (F == Format::MXFP4) {
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
+                               _mm256_broadcast_ss(kMxfp4Scale + blk[0] + a.e[t]), acc[t]);
+    } else if constexpr (halves_differ(F)) {
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(d[0] * a.d[t]), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_set1_ps(d[1] * a.d[t]), acc[t]);
+    } else {
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_set1_ps(d[0] * a.d[t]), acc[t]);
+    }
+    if constexpr (has_min(F)) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
+  }
+}
+
+// One row against TT tokens. One accumulator per token whatever the tile:
+// a token's sum is formed in the same order alone or in a batch, so
+// prefill, decode and a cached prefix give the same bits. The format is a
+// template parameter so that the chunk loop carries no branch; small tiles
+// unroll two chunks (large ones would run out of registers).
+template <Format F, int TT>
+AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  constexpr int per = block_values(F) / 32;
+  __m256 acc[TT];
+  float accm[TT];
+  for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps(), accm[t] = 0.f;
+  // the tile's activations: block by block, each the TT tokens' (act_block)
+  auto at = [&](size_t c) {
+    return I16Acts{a.q + c * TT * 32, a.d ? a.d + c * TT : a.d, a.e ? a.e + c * TT : a.e,
+                   a.s ? a.s + 2 * c * TT : a.s};
+  };
+  if constexpr (TT <= 2) {
+#pragma GCC unroll 2
+    for (size_t c = 0; c < n_chunks; ++c)
+      chunk_i16<F, TT>(row + (c / per) * block_bytes(F), int(c % per), at(c), acc, accm);
+  } else {
+#pragma GCC unroll 1
+    for (size_t c = 0; c < n_chunks; ++c)
+      chunk_i16<F, TT>(row + (c / per) * block_bytes(F), int(c % per), at(c), acc, accm);
+  }
+  for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]) + accm[t];
+}
+
+template <Format F>
+void rows_i16(const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y, size_t ldy,
+              const float* bias) {
+  const size_t nc = K / 32;
+  rows_by_tiles(F, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+    const I16Acts tile{a.q + t0 * K, a.d ? a.d + t0 * nc : a.d, a.e ? a.e + t0 * nc : a.e,
+                       a.s ? a.s + 2 * t0 * nc : a.s};
+    row_tile_i16<F, TT>(row, nc, tile, out);
+  });
+}
+
+}  // namespace
+
+void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                   float* Y, size_t ldy, const float* bias) {
+  switch (f) {
+#define CASE(F) case Format::F: return rows_i16<Format::F>(W, n0, n1, K, a, T, Y, ldy, bias);
+    CASE(Q4_0) CASE(Q4_1) CASE(Q5_0) CASE(Q5_1) CASE(Q8_0) CASE(Q2_K) CASE(Q3_K) CASE(Q4_K) CASE(Q5_K)
+    CASE(Q6_K) CASE(IQ4_NL) CASE(IQ4_XS) CASE(MXFP4)
+#undef CASE
+    default: throw std::invalid_argument(std::string("int16 activations: ") + info(f).name + " takes fp32 ones");
+  }
+}
+
+void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
+               float* Y, size_t ldy, const float* bias) {
+  switch (f) {
+#define CASE(F) case Format::F: return rows_f32<Format::F>(W, n0, n1, K, X, ldx, T, Y, ldy, bias);
+    CASE(F32) CASE(F16) CASE(BF16) CASE(Q4_0) CASE(Q4_1) CASE(Q5_0) CASE(Q5_1) CASE(Q8_0) CASE(Q2_K) CASE(Q3_K)
+    CASE(Q4_K) CASE(Q5_K) CASE(Q6_K) CASE(IQ4_NL) CASE(IQ4_XS) CASE(MXFP4)
+#undef CASE
+  }
+}
+
+}  // namespace gd
+#endif

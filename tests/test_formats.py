@@ -1,0 +1,198 @@
+"""Every weight format of the published gpt-oss files, in every native kernel:
+dequantization bit-exact against gguf-py (random codes, extreme scales), row
+products against float64 numpy on the dequantized weights, both
+implementations and both activation precisions, the fused argmax, the
+embedding lookup and a layer's experts."""
+import math
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from goosedump import _kernels, randblocks
+from goosedump.gguf import BLOCK_SIZES, GGMLType
+
+IMPLS = ["generic"] + (["avx2"] if _kernels.cpu_has_avx2() else [])
+FORMATS = _kernels.formats()
+FLOATS = ("f32", "f16", "bf16")
+SUPER = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs")
+# Byte offsets of each format's fp16 scale fields within a block.
+FP16_FIELDS = {"q4_0": [0], "q4_1": [0, 2], "q5_0": [0], "q5_1": [0, 2], "q8_0": [0], "q2_k": [80, 82],
+               "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208], "iq4_nl": [0], "iq4_xs": [0]}
+EXTREMES = np.array([0.0, -0.0, 6e-8, -6e-8, 6.1e-5, -65504.0, 65504.0, 1.0, -3.5e-3], "<f2")
+
+
+def gtype(fmt: str) -> GGMLType:
+    return GGMLType[fmt.upper()]
+
+
+def random_raw(rng, fmt: str, n_blocks: int) -> np.ndarray:
+    """Random bytes, blocks of fmt; scale fields from the extremes and from
+    normal values across magnitudes (never NaN or infinity, whose payloads
+    need not survive)."""
+    _, size = BLOCK_SIZES[gtype(fmt)]
+    if fmt in FLOATS:
+        x = rng.standard_normal(n_blocks) * 10.0 ** rng.integers(-6, 4, n_blocks)
+        x[:min(n_blocks, len(EXTREMES))] = EXTREMES[:n_blocks]
+        if fmt == "f32":
+            return x.astype("<f4").view(np.uint8)
+        if fmt == "f16":
+            return np.clip(x, -65504, 65504).astype("<f2").view(np.uint8)
+        return (x.astype(np.float32).view(np.uint32) >> 16).astype("<u2").view(np.uint8)
+    raw = rng.integers(0, 256, (n_blocks, size), dtype=np.uint8)
+    for off in FP16_FIELDS.get(fmt, []):
+        d = (rng.standard_normal(n_blocks) * 10.0 ** rng.integers(-5, 1, n_blocks)).astype("<f2")
+        d[:min(n_blocks, len(EXTREMES))] = EXTREMES[:n_blocks]
+        raw[:, off:off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+    if fmt == "mxfp4":
+        raw[:min(3, n_blocks), 0] = [0, 1, 254][:min(3, n_blocks)]   # 2^-128 is a float subnormal
+    return raw.reshape(-1)
+
+
+def reference(raw: np.ndarray, fmt: str) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return quants.dequantize(raw, QT[fmt.upper()]).reshape(-1).astype(np.float32)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("n_blocks", [1, 3, 33])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dequantize_is_bit_exact_against_gguf_py(impl, n_blocks, fmt):
+    rng = np.random.default_rng(n_blocks * 100 + FORMATS.index(fmt))
+    raw = random_raw(rng, fmt, n_blocks * (32 if fmt in FLOATS else 1))
+    expect = reference(raw, fmt)
+    out = np.empty(expect.size, np.float32)
+    _kernels.dequantize(fmt, raw, out, impl)
+    np.testing.assert_array_equal(out.view(np.uint32), expect.view(np.uint32))
+
+
+def quantized(rng, fmt: str, n: int, k: int):
+    """A random [n, k] matrix in fmt (as synthetic models write them) and its
+    values as gguf-py reads them, in float64."""
+    values, _ = BLOCK_SIZES[gtype(fmt)]
+    raw = randblocks.blocks(gtype(fmt), rng, n * k // values, 0.5).reshape(n, -1)
+    return raw, reference(raw.reshape(-1), fmt).reshape(n, k).astype(np.float64)
+
+
+def shapes(fmt):
+    base = [(1, 256, 1), (31, 512, 3), (33, 768, 8), (17, 256, 9), (40, 2304, 13)]
+    if fmt not in SUPER:
+        base += [(7, 32, 2), (9, 96, 5), (100, 2880, 4)]
+    return base
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("acts", ["f32", "i16"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_matmul_matches_float64(impl, acts, fmt):
+    for n, k, t in shapes(fmt):
+        rng = np.random.default_rng(n * 1000 + t)
+        raw, w = quantized(rng, fmt, n, k)
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        x[0, :32] = 0  # an all-zero activation block
+        bias = rng.standard_normal(n).astype(np.float32)
+        out = np.empty((t, n), np.float32)
+        _kernels.matmul(fmt, raw, x, out, bias, impl, acts)
+        ref = x.astype(np.float64) @ w.T + bias
+        # fp32 accumulation: error ~ sqrt(k) * 2^-24 per unit term; int16 activation
+        # blocks add up to 2^-15 of each block's largest value per product (plain
+        # floats always take fp32 activations).
+        per_term = 2.0 ** -24 if acts == "f32" or fmt in FLOATS else 2.0 ** -15
+        # (and fp32 sums round at the running total's magnitude, up to the result's)
+        tol = 4 * per_term * math.sqrt(k) * (np.abs(w).max() * np.abs(x).max() + np.abs(ref).max())
+        np.testing.assert_allclose(out, ref, rtol=0, atol=tol, err_msg=f"{fmt} {n}x{k}, {t} tokens")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_int16_activations_keep_their_precision_at_any_magnitude(impl, fmt, scale):
+    rng = np.random.default_rng(7)
+    raw, w = quantized(rng, fmt, 40, 512)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    x[:, 32:64] *= 1000     # one block far larger than the rest
+    x[:, 64:96] *= 1e-3     # one far smaller
+    x *= np.float32(scale)
+    out = np.empty((3, 40), np.float32)
+    _kernels.matmul(fmt, raw, x, out, None, impl, "i16")
+    ref = x.astype(np.float64) @ w.T
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_batch_invariance(impl, fmt):
+    """A token's products are the same bits alone or among others: the
+    guarantee behind prefill = decode and batched = alone."""
+    rng = np.random.default_rng(11)
+    raw, _ = quantized(rng, fmt, 24, 512)
+    x = rng.standard_normal((11, 512)).astype(np.float32)
+    batch = np.empty((11, 24), np.float32)
+    _kernels.matmul(fmt, raw, x, batch, None, impl)
+    for t in (0, 5, 10):
+        alone = np.empty((1, 24), np.float32)
+        _kernels.matmul(fmt, raw, x[t:t + 1], alone, None, impl)
+        np.testing.assert_array_equal(alone[0], batch[t])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_argmax_and_row_lookup(impl, fmt):
+    rng = np.random.default_rng(5)
+    raw, w = quantized(rng, fmt, 700, 256)
+    x = rng.standard_normal(256).astype(np.float32)
+    i, v = _kernels.matvec_argmax(fmt, raw, x, impl)
+    full = np.empty((1, 700), np.float32)
+    _kernels.matmul(fmt, raw, x[None], full, None, impl)
+    assert i == int(np.argmax(full[0])) and v == full[0, i]       # the same products, fused
+    assert (w @ x)[i] >= (w @ x).max() - 1e-3 * np.abs(w @ x).max()
+    rows = np.empty((3, 256), np.float32)
+    _kernels.get_rows(fmt, raw, np.array([699, 0, 699]), rows, impl)
+    np.testing.assert_array_equal(rows, w[[699, 0, 699]].astype(np.float32))
+
+
+def swiglu(g, u, alpha=1.702, limit=7.0):
+    g = np.minimum(g, limit)
+    u = np.clip(u, -limit, limit)
+    return g / (1 + np.exp(-alpha * g)) * (u + 1)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in SUPER])
+def test_experts_in_every_format(impl, fmt):
+    """A layer's experts with weights in fmt (experts' rows are the hidden
+    size, never a multiple of 256 in gpt-oss: super-block formats cannot
+    hold them) against float64."""
+    rng = np.random.default_rng(3)
+    E, F, D, T, k = 4, 96, 64, 5, 2
+    mats = {}
+    for name, (rows, cols) in (("gate", (F, D)), ("up", (F, D)), ("down", (D, F))):
+        raws, vals = zip(*(quantized(rng, fmt, rows, cols) for _ in range(E)))
+        mats[name] = (np.ascontiguousarray(np.stack(raws)), np.stack(vals))
+    biases = {n: (0.1 * rng.standard_normal((E, F if n != "down" else D))).astype(np.float32)
+              for n in ("gate", "up", "down")}
+    h = rng.standard_normal((T, D)).astype(np.float32)
+    experts = np.array([[0, 3], [1, 2], [3, 0], [2, 1], [0, 1]], np.int64)
+    weights = rng.uniform(0.1, 1, (T, k)).astype(np.float32)
+    out = np.empty((T, D), np.float32)
+    _kernels.moe(fmt, mats["gate"][0], biases["gate"], mats["up"][0], biases["up"], mats["down"][0],
+                 biases["down"], h, experts, weights, out, 1.702, 7.0, impl, "f32")
+    ref = np.zeros((T, D))
+    for t in range(T):
+        for j in range(k):
+            e = experts[t, j]
+            g = mats["gate"][1][e] @ h[t] + biases["gate"][e]
+            u = mats["up"][1][e] @ h[t] + biases["up"][e]
+            ref[t] += weights[t, j] * (mats["down"][1][e] @ swiglu(g, u) + biases["down"][e])
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+
+
+def test_bad_format_and_sizes():
+    with pytest.raises(ValueError, match="format must be one of f32, f16, bf16, q4_0, .*, mxfp4, got 'q9_9'"):
+        _kernels.dequantize("q9_9", np.zeros(18, np.uint8), np.zeros(32, np.float32))
+    with pytest.raises(ValueError, match="not a whole number of 144-byte blocks"):
+        _kernels.dequantize("q4_k", np.zeros(145, np.uint8), np.zeros(256, np.float32))
+    with pytest.raises(ValueError, match=r"activations have 288 columns, not a multiple of 256 \(q6_k\)"):
+        _kernels.matmul("q6_k", np.zeros((2, 210), np.uint8), np.zeros((1, 288), np.float32),
+                        np.empty((1, 2), np.float32))
