@@ -44,6 +44,13 @@ struct ActView {
   std::vector<int32_t> e;
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
+  // The form a format's products read activations in: fp32, int16, int16
+  // with half-block sums, int16 even/odd (MXFP4); one view serves formats of
+  // the same form.
+  static int form(Acts a, Format f) {
+    if (is_float(f) || a == Acts::F32) return 0;
+    return f == Format::MXFP4 ? 3 : has_min(f) ? 2 : 1;
+  }
 };
 
 // Rows [n0, n1) of a product, on the calling thread (for callers that split

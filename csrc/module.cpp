@@ -126,24 +126,25 @@ using Weights3 = nb::ndarray<const uint8_t, nb::ndim<3>, nb::c_contig, nb::devic
 using CInt64s2 = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using Int64s2 = nb::ndarray<int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
-void moe(const std::string& fmt, Weights3 gate, CMatrix gate_bias, Weights3 up, CMatrix up_bias, Weights3 down,
-         CMatrix down_bias, CMatrix h, CInt64s2 experts, CMatrix weights, Matrix out, float alpha, float limit,
-         const std::string& impl, const std::string& acts) {
-  const gd::Format f = parse_format(fmt);
+void moe(const std::string& gate_fmt, Weights3 gate, CMatrix gate_bias, const std::string& up_fmt, Weights3 up,
+         CMatrix up_bias, const std::string& down_fmt, Weights3 down, CMatrix down_bias, CMatrix h,
+         CInt64s2 experts, CMatrix weights, Matrix out, float alpha, float limit, const std::string& impl,
+         const std::string& acts) {
+  const gd::Format fg = parse_format(gate_fmt), fu = parse_format(up_fmt), fd = parse_format(down_fmt);
   const size_t E = gate.shape(0), F = gate.shape(1), D = h.shape(1), T = h.shape(0), k = experts.shape(1);
   auto same = [](bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(std::string("moe: ") + what);
   };
-  same(gate.shape(2) == gd::row_bytes(f, D) && up.shape(0) == E && up.shape(1) == F && up.shape(2) == gate.shape(2),
-       "gate and up must be (experts, F, row bytes of D)");
-  same(down.shape(0) == E && down.shape(1) == D && down.shape(2) == gd::row_bytes(f, F),
+  same(gate.shape(2) == gd::row_bytes(fg, D) && up.shape(0) == E && up.shape(1) == F &&
+           up.shape(2) == gd::row_bytes(fu, D), "gate and up must be (experts, F, row bytes of D)");
+  same(down.shape(0) == E && down.shape(1) == D && down.shape(2) == gd::row_bytes(fd, F),
        "down must be (experts, D, row bytes of F)");
   same(gate_bias.shape(0) == E && gate_bias.shape(1) == F && up_bias.shape(0) == E && up_bias.shape(1) == F &&
            down_bias.shape(0) == E && down_bias.shape(1) == D, "biases must be (experts, rows)");
   same(experts.shape(0) == T && weights.shape(0) == T && weights.shape(1) == k, "experts and weights must be (T, k)");
   same(out.shape(0) == T && out.shape(1) == D, "out must be (T, D)");
   same(D % gd::kBlock == 0 && F % gd::kBlock == 0, "D and F must be multiples of 32");
-  gd::MoeArgs a{f, gate.data(), gate_bias.data(), up.data(), up_bias.data(), down.data(), down_bias.data(),
+  gd::MoeArgs a{fg, fu, fd, gate.data(), gate_bias.data(), up.data(), up_bias.data(), down.data(), down_bias.data(),
                 E, F, D, h.data(), T, k, experts.data(), weights.data(), out.data(), alpha, limit};
   const gd::Impl which = parse_impl(impl);
   const gd::Acts ac = parse_acts(acts);
@@ -288,7 +289,8 @@ NB_MODULE(_kernels, m) {
   // implicit conversion, which would turn half floats into integers.
   m.def("attention", &attention, "q"_a, "k"_a.noconvert(), "v"_a.noconvert(), "sinks"_a, "pos0"_a, "window"_a, "scale"_a, "out"_a,
         "impl"_a = "auto", "Attention with sinks and an optional sliding window over an fp16 KV cache.");
-  m.def("moe", &moe, "fmt"_a, "gate"_a, "gate_bias"_a, "up"_a, "up_bias"_a, "down"_a, "down_bias"_a, "h"_a,
+  m.def("moe", &moe, "gate_fmt"_a, "gate"_a, "gate_bias"_a, "up_fmt"_a, "up"_a, "up_bias"_a, "down_fmt"_a, "down"_a,
+        "down_bias"_a, "h"_a,
         "experts"_a, "weights"_a, "out"_a, "alpha"_a, "limit"_a, "impl"_a = "auto", "acts"_a = "i16",
         "A layer's experts: out[t] = sum_j weights[t, j] * expert(experts[t, j])(h[t]), SwiGLU with clamp.");
   m.def("rms_norm", &rms_norm, "x"_a, "weight"_a, "eps"_a, "out"_a, "impl"_a = "auto",

@@ -71,7 +71,10 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       }
   }
   const size_t F = a.F, D = a.D, G = groups.size();
-  const size_t gate_rb = row_bytes(a.fmt, D), down_rb = row_bytes(a.fmt, F);
+  const size_t gate_rb = row_bytes(a.gate_fmt, D), up_rb = row_bytes(a.up_fmt, D), down_rb = row_bytes(a.down_fmt, F);
+  // The activations in the form each matrix's format reads (gate and up
+  // share one when their formats read the same form).
+  const bool up_own = ActView::form(acts, a.up_fmt) != ActView::form(acts, a.gate_fmt);
   // Gathered inputs and intermediates per group.
   std::vector<std::vector<float>> x(G), gu(G), act(G), y(G);
   std::vector<size_t> n_tok(G);
@@ -86,11 +89,12 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
   constexpr size_t kRows = 32;
 
   // Gather each group's tokens and put them in the products' activation form.
-  std::vector<std::unique_ptr<ActView>> xs(G), as(G);
+  std::vector<std::unique_ptr<ActView>> xs(G), xs_up(G), as(G);
   parallel_for(G, [&](size_t g) {
     for (size_t i = 0; i < n_tok[g]; ++i)
       std::memcpy(&x[g][i * D], a.h + groups[g].tok[i] * D, D * sizeof(float));
-    xs[g] = std::make_unique<ActView>(acts, a.fmt, x[g].data(), D, n_tok[g], D, which);
+    xs[g] = std::make_unique<ActView>(acts, a.gate_fmt, x[g].data(), D, n_tok[g], D, which);
+    if (up_own) xs_up[g] = std::make_unique<ActView>(acts, a.up_fmt, x[g].data(), D, n_tok[g], D, which);
   });
   // Phase 1: gate and up rows of every group: tasks (group, gate|up, row chunk).
   {
@@ -99,15 +103,16 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       const size_t g = task / (2 * chunks), rest = task % (2 * chunks), which_mat = rest / chunks;
       const size_t n0 = (rest % chunks) * kRows, n1 = std::min(F, n0 + kRows);
       const size_t e = groups[g].e;
-      const uint8_t* W = (which_mat == 0 ? a.gate : a.up) + e * F * gate_rb;
+      const uint8_t* W = which_mat == 0 ? a.gate + e * F * gate_rb : a.up + e * F * up_rb;
       const float* bias = (which_mat == 0 ? a.gate_bias : a.up_bias) + e * F;
       float* Y = gu[g].data() + which_mat * n_tok[g] * F;
-      matmul_rows(a.fmt, W, n0, n1, D, *xs[g], n_tok[g], Y, F, bias, which);
+      const ActView& xv = which_mat == 1 && up_own ? *xs_up[g] : *xs[g];
+      matmul_rows(which_mat == 0 ? a.gate_fmt : a.up_fmt, W, n0, n1, D, xv, n_tok[g], Y, F, bias, which);
     });
   }
   parallel_for(G, [&](size_t g) {
     swiglu(gu[g].data(), gu[g].data() + n_tok[g] * F, n_tok[g] * F, a.alpha, a.limit, act[g].data(), which);
-    as[g] = std::make_unique<ActView>(acts, a.fmt, act[g].data(), F, n_tok[g], F, which);
+    as[g] = std::make_unique<ActView>(acts, a.down_fmt, act[g].data(), F, n_tok[g], F, which);
   });
   // Phase 2: down rows of every group.
   {
@@ -115,7 +120,7 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
     parallel_for(G * chunks, [&](size_t task) {
       const size_t g = task / chunks, n0 = (task % chunks) * kRows, n1 = std::min(D, n0 + kRows);
       const size_t e = groups[g].e;
-      matmul_rows(a.fmt, a.down + e * D * down_rb, n0, n1, F, *as[g], n_tok[g], y[g].data(), D,
+      matmul_rows(a.down_fmt, a.down + e * D * down_rb, n0, n1, F, *as[g], n_tok[g], y[g].data(), D,
                   a.down_bias + e * D, which);
     });
   }

@@ -13,7 +13,7 @@
 namespace gd {
 
 struct MoeArgs {
-  Format fmt;
+  Format gate_fmt, up_fmt, down_fmt;              // each matrix its own (llama-quantize mixes them)
   const uint8_t* gate;  const float* gate_bias;  // [E][F rows of D], [E][F]
   const uint8_t* up;    const float* up_bias;
   const uint8_t* down;  const float* down_bias;  // [E][D rows of F], [E][D]

@@ -1,9 +1,11 @@
 """Tiny GPT-OSS models in transformers (the reference) and the same weights
-in a GGUF file in the real layout.
+in a GGUF file in the real layout, in any recipe (goosedump.recipes).
 
-Every quantized weight goes through gguf-py's Q8_0 / MXFP4 quantize and
-dequantize, so the transformers model holds exactly the values the GGUF
-holds; what remains between the two is the engine's arithmetic."""
+Every weight goes through gguf-py: normal weights quantized by
+gguf.quants.quantize where gguf-py can (F16, BF16, Q4_0..Q8_0, MXFP4), random
+codes (goosedump.randblocks) where it cannot (the K-quants, IQ4), then
+gguf.quants.dequantize; so the transformers model holds exactly the values
+the GGUF holds, and what remains between the two is the engine's arithmetic."""
 from __future__ import annotations
 
 import os
@@ -14,7 +16,13 @@ import torch
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-from goosedump import synth
+from goosedump import randblocks, synth
+from goosedump.gguf import BLOCK_SIZES, GGMLType
+from goosedump.recipes import tensor_type
+
+# what gguf-py can quantize
+QUANTIZABLE = {GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
+               GGMLType.Q8_0, GGMLType.MXFP4}
 
 
 @dataclass(frozen=True)
@@ -41,8 +49,10 @@ def _q(w: np.ndarray, qtype) -> tuple[np.ndarray, np.ndarray]:
         return raw, quants.dequantize(raw, qtype).astype(np.float32)
 
 
-def build(cfg: RefConfig, vocab, path: str | os.PathLike, seed: int = 0):
-    """Write the GGUF to path and return the transformers model (fp32, eval)."""
+def build(cfg: RefConfig, vocab, path: str | os.PathLike, seed: int = 0, recipe: str = "mxfp4",
+          split_max_size: int | None = None):
+    """Write the GGUF to path (a split set named after it, with
+    split_max_size) and return the transformers model (fp32, eval)."""
     from transformers import GptOssConfig, GptOssForCausalLM
 
     tokens, _, _ = vocab
@@ -69,8 +79,22 @@ def build(cfg: RefConfig, vocab, path: str | os.PathLike, seed: int = 0):
         with torch.no_grad():
             param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
+    n_gqa = cfg.n_head // cfg.n_head_kv
+
+    def kind(name: str, dims) -> GGMLType:
+        return tensor_type(recipe, name, dims, cfg.n_layer, E, n_gqa)
+
+    def matrix(t: GGMLType, rows: int, cols: int, std: float):
+        """(raw, values) of a [rows, cols] matrix of type t."""
+        if t in QUANTIZABLE:
+            return _q(normal((rows, cols), std), QT(int(t)))
+        raw = randblocks.blocks(t, rng, rows * cols // BLOCK_SIZES[t][0], std).reshape(rows, -1)
+        with np.errstate(over="ignore"):
+            return raw, quants.dequantize(raw.reshape(-1), QT(int(t))).reshape(rows, cols).astype(np.float32)
+
     def q8(param, name, std):
-        raw, deq = _q(normal(tuple(param.shape), std), QT.Q8_0)
+        rows, cols = param.shape
+        raw, deq = matrix(kind(name, (cols, rows)), rows, cols, std)
         set_(param, deq)
         data[name] = raw
 
@@ -101,10 +125,12 @@ def build(cfg: RefConfig, vocab, path: str | os.PathLike, seed: int = 0):
         gate_raw, up_raw, down_raw = [], [], []
         gate_up = np.empty((E, D, 2 * F), np.float32)
         down = np.empty((E, F, D), np.float32)
+        tg, tu = kind(b + "ffn_gate_exps.weight", (D, F, E)), kind(b + "ffn_up_exps.weight", (D, F, E))
+        td = kind(b + "ffn_down_exps.weight", (F, D, E))
         for e in range(E):
-            graw, g = _q(normal((F, D), D ** -0.5), QT.MXFP4)      # rows: output features
-            uraw, u = _q(normal((F, D), D ** -0.5), QT.MXFP4)
-            draw, dn = _q(normal((D, F), 0.5 * F ** -0.5), QT.MXFP4)
+            graw, g = matrix(tg, F, D, D ** -0.5)      # rows: output features
+            uraw, u = matrix(tu, F, D, D ** -0.5)
+            draw, dn = matrix(td, D, F, 0.5 * F ** -0.5)
             gate_up[e, :, 0::2], gate_up[e, :, 1::2] = g.T, u.T      # transformers interleaves gate/up
             down[e] = dn.T
             gate_raw.append(graw)
@@ -133,5 +159,5 @@ def build(cfg: RefConfig, vocab, path: str | os.PathLike, seed: int = 0):
             t.data = data.pop(t.name)
         assert not data, f"tensors not in the layout: {sorted(data)}"
 
-    synth.write_model(path, preset, vocab=vocab, edit=edit)
+    synth.write_model(path, preset, vocab=vocab, edit=edit, recipe=recipe, split_max_size=split_max_size)
     return model

@@ -158,16 +158,22 @@ def swiglu(g, u, alpha=1.702, limit=7.0):
     return g / (1 + np.exp(-alpha * g)) * (u + 1)
 
 
+EXPERT_FORMATS = [(f, f, f) for f in FORMATS if f not in SUPER] + [
+    ("q5_0", "q5_0", "q8_0"),     # llama-quantize Q4_K_M: ffn_down with more bits on some layers
+    ("mxfp4", "q4_1", "f16"), ("q8_0", "mxfp4", "q5_1")]
+
+
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in SUPER])
-def test_experts_in_every_format(impl, fmt):
-    """A layer's experts with weights in fmt (experts' rows are the hidden
-    size, never a multiple of 256 in gpt-oss: super-block formats cannot
-    hold them) against float64."""
+@pytest.mark.parametrize("acts", ["i16", "f32"])
+@pytest.mark.parametrize("fmts", EXPERT_FORMATS, ids="-".join)
+def test_experts_in_every_format(impl, acts, fmts):
+    """A layer's experts with gate, up and down in the given formats
+    (experts' rows are the hidden size, never a multiple of 256 in gpt-oss:
+    super-block formats cannot hold them) against float64."""
     rng = np.random.default_rng(3)
     E, F, D, T, k = 4, 96, 64, 5, 2
     mats = {}
-    for name, (rows, cols) in (("gate", (F, D)), ("up", (F, D)), ("down", (D, F))):
+    for name, fmt, (rows, cols) in (("gate", fmts[0], (F, D)), ("up", fmts[1], (F, D)), ("down", fmts[2], (D, F))):
         raws, vals = zip(*(quantized(rng, fmt, rows, cols) for _ in range(E)))
         mats[name] = (np.ascontiguousarray(np.stack(raws)), np.stack(vals))
     biases = {n: (0.1 * rng.standard_normal((E, F if n != "down" else D))).astype(np.float32)
@@ -176,8 +182,8 @@ def test_experts_in_every_format(impl, fmt):
     experts = np.array([[0, 3], [1, 2], [3, 0], [2, 1], [0, 1]], np.int64)
     weights = rng.uniform(0.1, 1, (T, k)).astype(np.float32)
     out = np.empty((T, D), np.float32)
-    _kernels.moe(fmt, mats["gate"][0], biases["gate"], mats["up"][0], biases["up"], mats["down"][0],
-                 biases["down"], h, experts, weights, out, 1.702, 7.0, impl, "f32")
+    _kernels.moe(fmts[0], mats["gate"][0], biases["gate"], fmts[1], mats["up"][0], biases["up"], fmts[2],
+                 mats["down"][0], biases["down"], h, experts, weights, out, 1.702, 7.0, impl, acts)
     ref = np.zeros((T, D))
     for t in range(T):
         for j in range(k):
@@ -185,7 +191,7 @@ def test_experts_in_every_format(impl, fmt):
             g = mats["gate"][1][e] @ h[t] + biases["gate"][e]
             u = mats["up"][1][e] @ h[t] + biases["up"][e]
             ref[t] += weights[t, j] * (mats["down"][1][e] @ swiglu(g, u) + biases["down"][e])
-    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+    np.testing.assert_allclose(out, ref, rtol=0, atol=(1e-5 if acts == "f32" else 2e-4) * np.abs(ref).max())
 
 
 def test_bad_format_and_sizes():

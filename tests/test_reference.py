@@ -23,19 +23,75 @@ CONFIGS = {
                                   n_ff=32, window=4, rope_base=10000.0, rope_factor=8.0,
                                   rope_original_context=256), 60),
 }
+# The files users download (goosedump.recipes), each against the reference. Widths
+# of 256 let the K-quants apply where llama-quantize puts them (the embedding,
+# attention, the output head Q6_K); 16 experts keep attn_k/attn_v out of the
+# 8-expert Q8_0 rule.
+WIDE = RefConfig(n_layer=3, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_expert=16, n_ff=256, window=8)
+RECIPES = {
+    "f16": (RefConfig(), 40, None),                       # unsloth F16: dense F16, experts MXFP4
+    "bf16": (RefConfig(), 40, None),
+    "q4_k_m": (WIDE, 40, None),                           # Q4_K, Q6_K, Q8_0 dense; experts MXFP4
+    "q5_k_m": (WIDE, 40, None),
+    "q6_k": (WIDE, 40, None),
+    "q3_k_m": (WIDE, 40, None),
+    "q2_k": (WIDE, 40, None),
+    "iq4_xs": (WIDE, 40, None),
+    "q8_0": (RefConfig(), 40, None),                      # every matrix Q8_0, experts too
+    "q4_0": (RefConfig(), 40, None),                      # every matrix Q4_0 (the head Q8_0), experts too
+    "q4_1": (RefConfig(), 40, None),
+    "q5_0": (RefConfig(), 40, None),
+    "mxfp4": (RefConfig(), 40, 60_000),                   # a split set of several parts
+}
 N_GENERATE = 40
 MARGIN = 0.05
 
 
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
-def pair(request, tmp_path_factory, small_vocab):
-    cfg, n_prompt = CONFIGS[request.param]
-    path = tmp_path_factory.mktemp("ref") / f"{request.param}.gguf"
-    torch.manual_seed(0)
-    hf = build(cfg, small_vocab, path, seed=len(request.param))
-    model = goosedump.load(path, n_ctx=512)
-    prompt = np.random.default_rng(1).integers(0, model.config.n_vocab, n_prompt).tolist()
+def clear_margins(hf, prompt, eog) -> int:
+    """How many tokens of the reference's own greedy continuation come before
+    its first close call (top-1/top-2 margin below MARGIN)."""
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([prompt]), max_new_tokens=N_GENERATE, do_sample=False,
+                          eos_token_id=eog, pad_token_id=0)
+    ref = [t for t in out[0, len(prompt):].tolist() if t not in eog]
+    logits = hf_logits(hf, prompt + ref)[len(prompt) - 1:]
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    close = np.flatnonzero(top2[:, 1] - top2[:, 0] < MARGIN)
+    return int(close[0]) if len(close) else len(ref)
+
+
+def _pair(cfg, n_prompt, name, tmp_path_factory, small_vocab, recipe="mxfp4", split=None):
+    path = tmp_path_factory.mktemp("ref") / f"{name}.gguf"
+    seed = len(name)
+    for attempt in range(8):
+        torch.manual_seed(0)
+        hf = build(cfg, small_vocab, path, seed=seed + attempt, recipe=recipe, split_max_size=split)
+        if split:
+            parts = sorted(path.parent.glob(f"{name}-*-of-*.gguf"))
+            assert len(parts) > 2
+            path = parts[1]              # any part opens the set
+        model = goosedump.load(path, n_ctx=512)
+        prompt = np.random.default_rng(1).integers(0, model.config.n_vocab, n_prompt).tolist()
+        if recipe == "mxfp4" and not split:
+            break          # the original models, as they always were
+        # A random model whose own greedy text meets a near-tie early checks
+        # little: take the next seed (judged on the reference alone).
+        if clear_margins(hf, prompt, sorted(model.tokenizer.eog_ids)) >= 32:
+            break
+        for p in path.parent.glob(f"{name}*.gguf"):
+            p.unlink()
+        path = path.parent / f"{name}.gguf"
     return hf, model, prompt
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS) + [f"recipe-{r}" for r in RECIPES])
+def pair(request, tmp_path_factory, small_vocab):
+    if request.param.startswith("recipe-"):
+        recipe = request.param.removeprefix("recipe-")
+        cfg, n_prompt, split = RECIPES[recipe]
+        return _pair(cfg, n_prompt, request.param, tmp_path_factory, small_vocab, recipe, split)
+    cfg, n_prompt = CONFIGS[request.param]
+    return _pair(cfg, n_prompt, request.param, tmp_path_factory, small_vocab)
 
 
 def hf_logits(hf, ids) -> np.ndarray:
@@ -79,11 +135,12 @@ def test_logits_at_every_position(pair):
     # With the reference's cache rounded to fp16 too, what remains is the
     # activations' int16 blocks inside the quantized products (each value within
     # 2^-15 of its block's largest, ~3e-5) and fp32 summation order; measured
-    # 1.2-1.8e-4 of the largest logit on these models (with fp32 activations:
-    # 0.2-0.6e-4; benchmarks/activation_precision.py), bounded here at 3e-4.
+    # 1.0-2.9e-4 of the largest logit on these models and recipes, 3.2e-4 at
+    # one position of the BF16 one (with fp32 activations: 1e-6 to 0.6e-4;
+    # benchmarks/activation_precision.py), bounded here at 4e-4.
     with fp16_kv_cache(hf):
         ref16 = hf_logits(hf, prompt)
-    assert np.abs(ours - ref16).max() < 3e-4 * scale
+    assert np.abs(ours - ref16).max() < 4e-4 * scale
     assert (ours.argmax(-1) == ref16.argmax(-1)).all()
 
 

@@ -89,10 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("synth", help="write a synthetic GPT-OSS GGUF (real layout and vocabulary, "
                                      "random weights)")
+    from .recipes import DEFAULT_RECIPE, RECIPES
     from .synth import PRESETS
-    s.add_argument("--preset", choices=sorted(PRESETS), required=True)
-    s.add_argument("--out", required=True, help="output file")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--preset", choices=sorted(PRESETS), required=True,
+                   help="tiny (4 layers, 8 experts, a few MB), tiny-120b (120b's 36 layers x 128 experts at tiny "
+                        "widths), 20b (the real layout: 12.1 GB in the mxfp4 recipe), 120b (about 65 GB)")
+    s.add_argument("--out", required=True, help="output file (a split set: its parts are named after it, "
+                                                "NAME-00001-of-0000N.gguf ...)")
+    s.add_argument("--recipe", choices=list(RECIPES), default=DEFAULT_RECIPE,
+                   help="each tensor's type, as the files users download have them: " +
+                        "; ".join(f"{k}: {v[3]}" for k, v in RECIPES.items()) + f" (default {DEFAULT_RECIPE})")
+    s.add_argument("--split-max-size", metavar="SIZE", default=None,
+                   help="write a split set, each part at most SIZE of tensor data (N followed by M or G, "
+                        "decimal as llama-gguf-split takes it: 2G = 2,000,000,000 bytes)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     s.add_argument("--routing", choices=["uniform", "skewed"], default="uniform",
                    help="skewed: router biases make a few experts popular and reused token after token, "
                         "as in trained models (default: uniform)")
@@ -100,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=commands.cmd_synth)
 
     i = sub.add_parser("inspect", help="describe a model file and the memory a run needs")
-    i.add_argument("model", help="GGUF file")
+    i.add_argument("model", help="GGUF file (any part of a split set), or a Hugging Face name as for run")
     _add_expert_cache(i)
     i.add_argument("--ctx", type=int, default=4096, help="context length for the estimate (default 4096)")
     i.add_argument("--json", action="store_true", help="print one JSON object")
@@ -108,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="answer a prompt (in the chat format; --raw for plain completion)")
     r.add_argument("model", nargs="?", default=None,
-                   help="GGUF file, or a Hugging Face repo id REPO[:FILE] (default: $GOOSEDUMP_MODEL, "
-                        "else ggml-org/gpt-oss-20b-GGUF)")
+                   help="GGUF file (any part of a split set), or a Hugging Face name: REPO, REPO:QUANT "
+                        "(Q4_K_M, F16, ...) or REPO:FILE.gguf, fetched into the Hugging Face cache (default: "
+                        "$GOOSEDUMP_MODEL, else ggml-org/gpt-oss-20b-GGUF)")
     r.add_argument("-p", "--prompt", help="the user's message (with --raw: text to continue, where special "
                                           "tokens such as <|start|> are recognised)")
     r.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file (- for stdin)")
@@ -165,6 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API (see docs/server.md)")
     add_serve_arguments(sv)
     sv.set_defaults(func=commands.cmd_serve)
+
+    pu = sub.add_parser("pull", help="download a model by name into the Hugging Face cache, without running it")
+    pu.add_argument("model", help="REPO, REPO:QUANT (Q4_K_M, F16, MXFP4, ...) or REPO:FILE.gguf; a split set "
+                                  "downloads all its parts")
+    pu.set_defaults(func=commands.cmd_pull)
+
+    ls = sub.add_parser("list", help="the GGUF models in the Hugging Face cache, with their sizes")
+    ls.add_argument("--json", action="store_true", help="print one JSON object")
+    ls.set_defaults(func=commands.cmd_list)
 
     d = sub.add_parser("demo", help="write a tiny synthetic model into the cache and run it end to end")
     d.add_argument("--max-tokens", type=int, default=32)

@@ -159,11 +159,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # --- files ---------------------------------------------------------------------------
 
+def split_size(text: str) -> int:
+    """Bytes of "500M" / "2G", decimal as llama-gguf-split's --split-max-size."""
+    import re
+    m = re.fullmatch(r"\s*(\d+)\s*([MG])\s*", text or "")
+    if not m or int(m.group(1)) == 0:
+        raise UsageError(f"--split-max-size={text!r} is not a size: expected a positive integer followed by M or G "
+                         f"(for example 500M or 2G)")
+    return int(m.group(1)) * (10 ** 6 if m.group(2) == "M" else 10 ** 9)
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from .synth import PRESETS, write_model
     t0 = time.perf_counter()
+    split = split_size(args.split_max_size) if args.split_max_size is not None else None
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--out {args.out}: the folder {folder} does not exist")
     size = write_model(args.out, PRESETS[args.preset], seed=args.seed, progress=not args.quiet,
-                       routing=args.routing)
+                       routing=args.routing, recipe=args.recipe, split_max_size=split)
     if not args.quiet:
         print(f"wrote {args.out} ({format_bytes(size)}) in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
@@ -171,8 +185,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def inspect_report(path: str, budget: int, ctx: int) -> dict:
+    from .hub import resolve_model
     from .layout import estimate_memory
     from .model import load
+    path = resolve_model(path)
     t0 = time.perf_counter()
     model = load(path)
     open_s = time.perf_counter() - t0
@@ -188,6 +204,10 @@ def inspect_report(path: str, budget: int, ctx: int) -> dict:
         "tokenizer": {"vocab": tok.n_vocab, "special_tokens": len(tok.special_ids),
                       "bos": tok.bos_id, "eos": tok.eos_id, "end_of_generation": sorted(tok.eog_ids)},
         "tensors": len(model.file.tensors),
+        "files": [{"path": part.path, "bytes": part.size,
+                   "tensors": sum(1 for t in model.file.tensors.values() if t.part == k)}
+                  for k, part in enumerate(model.file.parts)],
+        "recipe": recipe_of(model.file),
         "bytes_by_type": {k: {"tensors": n, "bytes": b} for k, (n, b) in lay.by_type.items()},
         "dense_bytes": lay.dense_bytes,
         "expert_bytes": lay.expert_bytes,
@@ -198,6 +218,22 @@ def inspect_report(path: str, budget: int, ctx: int) -> dict:
                    "experts_in_place": mem.experts_in_place, "kv_cache": mem.kv_cache,
                    "scratch": mem.scratch, "total": mem.total},
     }
+
+
+def recipe_of(f) -> str | None:
+    """The recipe (goosedump.recipes) whose types the file's tensors have, if any."""
+    from .recipes import RECIPES, tensor_type
+    c = f.tensors
+    try:
+        n_layer = 1 + max(int(n.split(".")[1]) for n in c if n.startswith("blk."))
+        n_expert = c["blk.0.ffn_gate_exps.weight"].dims[2]
+        n_gqa = c["blk.0.attn_q.weight"].dims[1] // c["blk.0.attn_k.weight"].dims[1]
+    except (KeyError, ValueError):
+        return None
+    for name in RECIPES:
+        if all(tensor_type(name, t.name, t.dims, n_layer, n_expert, n_gqa) in (None, t.type) for t in c.values()):
+            return name
+    return None
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -218,7 +254,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     t = r["tokenizer"]
     print(f"  vocabulary {t['vocab']} ({t['special_tokens']} special), bos {t['bos']}, eos {t['eos']}, "
           f"end of generation {t['end_of_generation']}")
-    print(f"tensors: {r['tensors']}")
+    files = r["files"]
+    if len(files) > 1:
+        print(f"a split set of {len(files)} parts:")
+        for k, part in enumerate(files):
+            print(f"  {k + 1}. {part['path']} ({fb(part['bytes'])}, {part['tensors']} tensors)")
+    print(f"tensors: {r['tensors']}" + (f" (the {r['recipe']} recipe's types)" if r["recipe"] else ""))
     for name, v in r["bytes_by_type"].items():
         print(f"  {name:>6}: {v['tensors']:5d} tensors {fb(v['bytes']):>12}")
     total = r["dense_bytes"] + r["expert_bytes"]
@@ -234,6 +275,37 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if not m["experts_in_place"] and m["expert_slots"] < h["n_expert_used"]:
         print(f"  warning: the budget holds {m['expert_slots']} slots; a token needs "
               f"{h['n_expert_used']} per layer")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from .gguf import GGUFFile
+    from .hub import resolve_model
+    path = resolve_model(args.model)
+    f = GGUFFile(path)
+    for part in f.parts:
+        print(part.path)
+    print(f"{args.model}: {len(f.parts)} file{'s' if len(f.parts) > 1 else ''}, "
+          f"{format_bytes(sum(p.size for p in f.parts))}", file=sys.stderr)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .hub import cached_models
+    models = cached_models()
+    if args.json:
+        print(json.dumps({"models": models}))
+        return 0
+    if not models:
+        from huggingface_hub import constants
+        print(f"no GGUF models in the Hugging Face cache ({constants.HF_HUB_CACHE}); `goosedump pull NAME` "
+              f"downloads one", file=sys.stderr)
+        return 0
+    width = max(len(m["name"]) for m in models)
+    print(f"{'NAME':{width}s} {'SIZE':>10s} {'PARTS':>5s}  FILE")
+    for m in models:
+        print(f"{m['name']:{width}s} {format_bytes(m['bytes']):>10s} {m['parts']:5d}  {m['file']}"
+              + ("" if m["complete"] else "  (incomplete: `goosedump pull` fetches the rest)"))
     return 0
 
 

@@ -184,7 +184,7 @@ class Transformer:
                 self.store.prefetch(i + 1, np.unique(guess))
             try:
                 tok, slot = np.nonzero(top == e)
-                y = expert_ffn(L.experts.fmt, v.gate[None], v.gate_bias[None], v.up[None], v.up_bias[None],
+                y = expert_ffn(L.experts.fmts, v.gate[None], v.gate_bias[None], v.up[None], v.up_bias[None],
                                v.down[None], v.down_bias[None], np.ascontiguousarray(h[tok]),
                                np.zeros((len(tok), 1), np.int64), np.ascontiguousarray(w[tok, slot][:, None]),
                                self.options.activations)

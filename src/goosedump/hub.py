@@ -1,69 +1,267 @@
-"""Models by name: a model argument that is not a local file is a Hugging Face
-repo id ("ggml-org/gpt-oss-20b-GGUF", optionally ":FILE"), fetched into the
-standard Hugging Face cache. Offline, this fails at once with what to
+"""Models by name, the way llama.cpp (`-hf`) and ollama users name them. A
+model argument that is not a local file is a Hugging Face repo id:
+
+    REPO                 the repo's MXFP4 file (else its only model, else a list to choose from)
+    REPO:QUANT           the file (or split set) whose name carries the quant tag: Q4_K_M, Q8_0, F16,
+                         MXFP4, UD-Q4_K_XL...; case-insensitive, as llama.cpp matches it (TAG then . or -)
+    REPO:FILE.gguf       that file (folders included); a part of a split set brings the whole set
+
+Files come into the standard Hugging Face cache (huggingface_hub), every
+part of a split set, and are found there again without the network.
+Offline, or when the Hub cannot be reached, this fails at once with what to
 download and where to put it."""
 from __future__ import annotations
 
 import os
 import re
 import socket
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 ENV_MODEL = "GOOSEDUMP_MODEL"
 DEFAULT_REPO = "ggml-org/gpt-oss-20b-GGUF"
-DEFAULT_FILES = {"ggml-org/gpt-oss-20b-GGUF": "gpt-oss-20b-mxfp4.gguf",
-                 "ggml-org/gpt-oss-120b-GGUF": "gpt-oss-120b-mxfp4-00001-of-00003.gguf"}
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w./-]+\.gguf)?$")
+# What the default repos hold, for a precise offline message before any listing.
+KNOWN_FILES = {"ggml-org/gpt-oss-20b-GGUF": ["gpt-oss-20b-mxfp4.gguf"],
+               "ggml-org/gpt-oss-120b-GGUF": [f"gpt-oss-120b-mxfp4-0000{k}-of-00003.gguf" for k in (1, 2, 3)]}
+_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+# llama.cpp's gguf_filename_is_model: these GGUFs are not models
+_NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
 
 
 class ModelNotFoundError(FileNotFoundError):
     pass
 
 
-def _hub_reachable(timeout: float = 3.0) -> str | None:
-    """None when the Hub's host answers DNS and TCP; else the reason."""
+@dataclass(frozen=True)
+class Name:
+    repo: str
+    file: str | None = None     # REPO:FILE.gguf
+    tag: str | None = None      # REPO:QUANT
+
+    def __str__(self) -> str:
+        return self.repo + (f":{self.file or self.tag}" if self.file or self.tag else "")
+
+
+def looks_like_path(arg: str) -> bool:
+    """A mistyped path (./x.gguf, models/x.gguf, /abs/x) rather than a repo id."""
+    if ":" in arg:
+        repo = arg.split(":", 1)[0]
+        return not _REPO.match(repo)
+    return (arg.startswith((".", "/", "~")) or arg.lower().endswith(".gguf") or arg.count("/") != 1
+            or not _REPO.match(arg))
+
+
+def parse_name(arg: str) -> Name:
+    repo, _, sel = arg.partition(":")
+    if not _REPO.match(repo) or (":" in arg and not sel):
+        raise ModelNotFoundError(f"{arg}: no such file, nor a Hugging Face repo id REPO[:QUANT] or REPO:FILE "
+                                 f"(for example {DEFAULT_REPO} or unsloth/gpt-oss-20b-GGUF:Q4_K_M)")
+    if not sel:
+        return Name(repo)
+    return Name(repo, file=sel) if sel.lower().endswith(".gguf") else Name(repo, tag=sel)
+
+
+def is_model(path: str) -> bool:
+    base = os.path.basename(path).lower()
+    return base.endswith(".gguf") and not any(x in base for x in _NOT_MODELS)
+
+
+def split_set(path: str, files) -> list[str]:
+    """The parts of path's split set among files (just [path] if not split)."""
+    m = _SPLIT.match(path)
+    if m is None:
+        return [path]
+    count = m["count"]
+    parts = sorted(f for f in files if (s := _SPLIT.match(f)) and s["prefix"] == m["prefix"] and s["count"] == count)
+    return parts
+
+
+def is_later_part(path: str) -> bool:
+    m = _SPLIT.match(path)
+    return m is not None and int(m["no"]) != 1
+
+
+def choose(name: Name, files: list[str], sizes: dict[str, int] | None = None) -> list[str]:
+    """The repo files the name stands for (a split set's parts in order),
+    from the repo's file list; a clear error naming the choices otherwise."""
+    models = [f for f in files if is_model(f)]
+    if name.file is not None:
+        if name.file not in files:
+            raise ModelNotFoundError(f"{name.repo} has no file {name.file}; its models: {describe(models, sizes)}")
+        return split_set(name.file, files)
+    firsts = [f for f in models if not is_later_part(f)]
+    if name.tag is not None:
+        pattern = re.compile(re.escape(name.tag) + r"[.-]", re.IGNORECASE)
+        for f in firsts:
+            if pattern.search(f):
+                return split_set(f, files)
+        raise ModelNotFoundError(f"no file of {name.repo} carries the quant tag {name.tag!r}; its models: "
+                                 f"{describe(models, sizes)}")
+    mxfp4 = [f for f in firsts if re.search(r"mxfp4[.-]", f, re.IGNORECASE)]
+    if mxfp4:
+        return split_set(mxfp4[0], files)
+    if len(firsts) == 1:
+        return split_set(firsts[0], files)
+    if not firsts:
+        raise ModelNotFoundError(f"{name.repo} holds no GGUF model (files: {', '.join(files[:12]) or 'none'})")
+    tags = sorted({t for f in firsts if (t := quant_tag(f))})
+    raise ModelNotFoundError(f"{name.repo} holds {len(firsts)} models; name one, as {name.repo}:QUANT "
+                             f"({', '.join(tags[:12]) or 'QUANT'}) or {name.repo}:FILE: {describe(models, sizes)}")
+
+
+def quant_tag(path: str) -> str | None:
+    """The quant tag in a file name (gpt-oss-20b-Q4_K_M.gguf -> Q4_K_M), as llama.cpp reads it."""
+    base = os.path.basename(path)
+    m = _SPLIT.match(base)
+    stem = m["prefix"] if m else base[:-5]
+    t = re.search(r"[-.]((?:UD-)?[A-Za-z0-9_]+)$", stem)
+    return t.group(1).upper() if t else None
+
+
+def describe(files: list[str], sizes: dict[str, int] | None) -> str:
+    from .budget import format_bytes
+    out = []
+    for f in files:
+        if is_later_part(f):
+            continue
+        parts = split_set(f, files)
+        size = sum((sizes or {}).get(p, 0) for p in parts)
+        extra = f", {len(parts)} parts" if len(parts) > 1 else ""
+        out.append(f"{f} ({format_bytes(size)}{extra})" if size else f"{f}{' (' + extra[2:] + ')' if extra else ''}")
+    return "; ".join(out) or "none"
+
+
+# --- the cache ----------------------------------------------------------------------
+
+def _hf():
+    try:
+        import huggingface_hub as hf
+        from huggingface_hub import constants
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise ModelNotFoundError("huggingface_hub is not installed: pass a local .gguf file") from None
+    return hf, constants
+
+
+def cached_files(repo: str) -> dict[str, str]:
+    """Repo path -> local path of the repo's files in the Hugging Face cache
+    (the snapshot refs/main points at), without the network."""
+    _, constants = _hf()
+    folder = os.path.join(constants.HF_HUB_CACHE, "models--" + repo.replace("/", "--"))
+    try:
+        with open(os.path.join(folder, "refs", "main"), encoding="utf-8") as f:
+            commit = f.read().strip()
+    except OSError:
+        return {}
+    snap = os.path.join(folder, "snapshots", commit)
+    out = {}
+    for root, _, names in os.walk(snap):
+        for n in names:
+            local = os.path.join(root, n)
+            if os.path.exists(local):           # a link to a blob that is there
+                out[os.path.relpath(local, snap).replace(os.sep, "/")] = local
+    return out
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """None when the Hub's host answers; else the reason."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
         return "HF_HUB_OFFLINE is set"
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    _, constants = _hf()
+    url = urlparse(constants.ENDPOINT)
+    host = url.hostname or "huggingface.co"
+    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        with socket.create_connection((host, 443), timeout=timeout):
+        with socket.create_connection((host, port), timeout=timeout):
             return None
     except OSError as e:
         return f"{host} is not reachable: {e}"
 
 
-def resolve_model(arg: str | None) -> str:
-    """A local path for the model argument (None: $GOOSEDUMP_MODEL, else the default repo)."""
+def _offline_error(arg: str, name: Name, why: str) -> ModelNotFoundError:
+    _, constants = _hf()
+    known = KNOWN_FILES.get(name.repo, [])
+    if name.file:
+        files, command = [name.file], f"hf download {name.repo} {name.file}"
+    elif name.tag:
+        files, command = [], f"hf download {name.repo} --include '*{name.tag}*'"
+    elif known:
+        files, command = known, f"hf download {name.repo} " + " ".join(known)
+    else:
+        files, command = [], f"hf download {name.repo} --include '*mxfp4*'"
+    what = " and ".join(f"{name.repo}/{f}" for f in files) if files else \
+        f"the {name.tag or 'MXFP4'} file(s) of {name.repo}"
+    return ModelNotFoundError(
+        f"{arg}: not a local file, and the Hugging Face Hub cannot be reached ({why}). Download {what} on a "
+        f"connected machine (`{command}`) and pass the file's path (the first part of a split set), or copy "
+        f"that machine's Hugging Face cache into {constants.HF_HUB_CACHE}.")
+
+
+def resolve_model(arg: str | None, download: bool = True) -> str:
+    """A local path for the model argument (None: $GOOSEDUMP_MODEL, else the
+    default repo): the file, or the first part of a split set, downloading
+    what the cache lacks."""
     if arg is None:
         arg = os.environ.get(ENV_MODEL) or DEFAULT_REPO
     if os.path.exists(arg):
         return arg
-    if not _REPO_ID.match(arg):
-        raise ModelNotFoundError(f"{arg}: no such file (nor a Hugging Face repo id like {DEFAULT_REPO}[:FILE])")
-    repo, _, filename = arg.partition(":")
-    filename = filename or DEFAULT_FILES.get(repo)
+    if looks_like_path(arg):
+        raise ModelNotFoundError(f"{arg}: no such file")
+    name = parse_name(arg)
+    cached = cached_files(name.repo)
     try:
-        import huggingface_hub as hf
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise ModelNotFoundError(f"{arg}: not a local file, and huggingface_hub is not installed") from None
-    if filename is not None:
-        cached = hf.try_to_load_from_cache(repo, filename)
-        if isinstance(cached, str):
-            return cached
-    cache_dir = hf.constants.HF_HUB_CACHE
-    what = f"{repo}/{filename}" if filename else f"a .gguf file of {repo}"
-    offline = _hub_reachable()
-    if offline is not None:
-        command = " ".join(["hf download", repo] + ([filename] if filename else []))
-        raise ModelNotFoundError(
-            f"{arg}: not a local file, and the Hugging Face Hub cannot be reached ({offline}). "
-            f"Download {what} on a connected machine (`{command}`) and pass the file's path, "
-            f"or copy that machine's Hugging Face cache into {cache_dir}.")
-    if filename is None:
-        ggufs = sorted(f for f in hf.list_repo_files(repo) if f.endswith(".gguf"))
-        if len(ggufs) != 1:
-            raise ModelNotFoundError(f"{repo} holds {len(ggufs)} .gguf files; name one: {repo}:FILE "
-                                     f"({', '.join(ggufs[:8])})")
-        filename = ggufs[0]
-    # hf_hub_download shows a progress bar and resumes partial downloads.
-    return hf.hf_hub_download(repo, filename)
+        wanted = choose(name, sorted(cached)) if cached else None
+    except ModelNotFoundError:
+        wanted = None            # the cache may hold only part of the repo: ask the Hub
+    if wanted and all(w in cached for w in wanted):
+        return cached[wanted[0]]
+    why = hub_unreachable()
+    if why is not None:
+        raise _offline_error(arg, name, why)
+    if not download:
+        raise ModelNotFoundError(f"{arg}: not in the Hugging Face cache")
+    return download_model(name)[0]
+
+
+def download_model(name: Name) -> list[str]:
+    """Download the files the name stands for (progress bars on a terminal);
+    their local paths, first part first."""
+    hf, _ = _hf()
+    from huggingface_hub import errors
+    try:
+        listing = [f for f in hf.list_repo_tree(name.repo, recursive=True) if hasattr(f, "size")]
+        sizes = {f.path: f.size for f in listing}
+        wanted = choose(name, sorted(sizes), sizes)
+        return [hf.hf_hub_download(name.repo, f) for f in wanted]
+    except errors.RepositoryNotFoundError:
+        raise ModelNotFoundError(f"{name}: no such repo on the Hugging Face Hub (or it is private: log in with "
+                                 f"`hf auth login`)") from None
+    except errors.HfHubHTTPError as e:
+        raise ModelNotFoundError(f"{name}: the Hugging Face Hub answered: {e}") from None
+    except OSError as e:
+        raise ModelNotFoundError(f"{name}: download failed: {e}") from None
+
+
+def cached_models() -> list[dict]:
+    """The GGUF models in the Hugging Face cache: name, local path, bytes,
+    parts (one entry per file or split set)."""
+    hf, constants = _hf()
+    out = []
+    if not os.path.isdir(constants.HF_HUB_CACHE):
+        return out
+    for entry in sorted(os.listdir(constants.HF_HUB_CACHE)):
+        if not entry.startswith("models--"):
+            continue
+        repo = entry[len("models--"):].replace("--", "/", 1)
+        files = cached_files(repo)
+        names = sorted(files)
+        for f in names:
+            if not is_model(f) or is_later_part(f):
+                continue
+            parts = split_set(f, names)
+            tag = quant_tag(f)
+            out.append({"name": f"{repo}:{tag}" if tag else f"{repo}:{f}", "repo": repo, "file": f,
+                        "path": files[f], "parts": len(parts),
+                        "bytes": sum(os.path.getsize(files[p]) for p in parts if p in files),
+                        "complete": all(p in files for p in parts)})
+    return out

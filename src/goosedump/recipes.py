@@ -72,9 +72,11 @@ def tensor_type(recipe: str, name: str, dims: tuple[int, ...], n_layer: int, n_e
             t = Q.Q4_K if n_gqa >= 4 else Q.Q3_K
         elif default == Q.Q3_K:
             t = Q.Q5_K if layer < 2 else Q.Q4_K
+        elif default == Q.IQ4_XS and n_gqa >= 4:
+            t = Q.Q5_K
         elif default in (Q.Q4_K, Q.Q5_K) and _more_bits(layer, n_layer):
             t = Q.Q6_K
-        if n_expert == 8:
+        if n_expert == 8:            # "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
             t = Q.Q8_0
     elif base == "attn_k.weight":
         if n_expert == 8:
@@ -86,9 +88,11 @@ def tensor_type(recipe: str, name: str, dims: tuple[int, ...], n_layer: int, n_e
             t = Q.Q5_K if layer < n_layer // 16 else Q.Q4_K
         elif default in (Q.Q4_K, Q.Q5_K) and _more_bits(layer, n_layer):
             t = Q.Q6_K
+        elif default == Q.IQ4_XS and layer < n_layer // 8:
+            t = Q.Q5_K
     elif base == "attn_output.weight":
         if n_expert == 8:
-            if default == Q.Q2_K:
+            if default in (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.IQ4_XS):
                 t = Q.Q5_K
         elif default == Q.Q2_K:
             t = Q.Q3_K

@@ -48,22 +48,25 @@ class QMatrix:
         return out
 
 
-def expert_ffn(fmt: str, gate, gate_bias, up, up_bias, down, down_bias, h: np.ndarray, chosen: np.ndarray,
-               weights: np.ndarray, acts: str) -> np.ndarray:
+def expert_ffn(fmts: tuple[str, str, str], gate, gate_bias, up, up_bias, down, down_bias, h: np.ndarray,
+               chosen: np.ndarray, weights: np.ndarray, acts: str) -> np.ndarray:
     """sum_j weights[t, j] * expert_{chosen[t, j]}(h[t]) -> [T, D], over stacked
-    expert tensors (E, rows, bytes per row). Native: tokens grouped by expert,
-    all gate/up rows in one parallel pass, the SwiGLU (gate clamped above at
-    7, up to [-7, 7], g sigmoid(1.702 g) (u + 1)), then all down rows."""
+    expert tensors (E, rows, bytes per row) in the formats (gate, up, down).
+    Native: tokens grouped by expert, all gate/up rows in one parallel pass,
+    the SwiGLU (gate clamped above at 7, up to [-7, 7], g sigmoid(1.702 g)
+    (u + 1)), then all down rows."""
     out = np.empty_like(h)
-    _kernels.moe(fmt, gate, gate_bias, up, up_bias, down, down_bias, h, chosen, weights, out,
-                 SWIGLU_ALPHA, SWIGLU_LIMIT, acts=acts)
+    _kernels.moe(fmts[0], gate, gate_bias, fmts[1], up, up_bias, fmts[2], down, down_bias, h, chosen, weights,
+                 out, SWIGLU_ALPHA, SWIGLU_LIMIT, acts=acts)
     return out
 
 
 @dataclass
 class Experts:
-    """One layer's experts: the stacked tensors, each expert a contiguous slice."""
-    fmt: str
+    """One layer's experts: the stacked tensors, each expert a contiguous
+    slice; gate, up and down each in its own format (llama-quantize gives
+    ffn_down more bits on some layers)."""
+    fmts: tuple[str, str, str]
     gate: np.ndarray       # (E, F, bytes per row of D)
     gate_bias: np.ndarray  # (E, F)
     up: np.ndarray
@@ -73,7 +76,7 @@ class Experts:
     acts: str = "i16"
 
     def __call__(self, h: np.ndarray, chosen: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        return expert_ffn(self.fmt, self.gate, self.gate_bias, self.up, self.up_bias, self.down, self.down_bias,
+        return expert_ffn(self.fmts, self.gate, self.gate_bias, self.up, self.up_bias, self.down, self.down_bias,
                           h, chosen, weights, self.acts)
 
 
@@ -127,7 +130,7 @@ def load_layers(f: GGUFFile, c: ModelConfig, acts: str) -> list[Layer]:
         def vec(name: str) -> np.ndarray:
             return f.floats(b + name)
 
-        exp_fmt = FORMATS[GGMLType(f.tensors[b + "ffn_gate_exps.weight"].type)]
+        exp_fmts = tuple(FORMATS[GGMLType(f.tensors[b + f"ffn_{m}_exps.weight"].type)] for m in ("gate", "up", "down"))
         layers.append(Layer(
             attn_norm=vec("attn_norm.weight"),
             attn_q=qmatrix(f, b + "attn_q.weight", b + "attn_q.bias", acts),
@@ -138,7 +141,7 @@ def load_layers(f: GGUFFile, c: ModelConfig, acts: str) -> list[Layer]:
             post_attention_norm=vec("post_attention_norm.weight"),
             ffn_gate_inp=vec("ffn_gate_inp.weight"),
             ffn_gate_inp_bias=vec("ffn_gate_inp.bias"),
-            experts=Experts(exp_fmt, f.rows(b + "ffn_gate_exps.weight"), vec("ffn_gate_exps.bias"),
+            experts=Experts(exp_fmts, f.rows(b + "ffn_gate_exps.weight"), vec("ffn_gate_exps.bias"),
                             f.rows(b + "ffn_up_exps.weight"), vec("ffn_up_exps.bias"),
                             f.rows(b + "ffn_down_exps.weight"), vec("ffn_down_exps.bias"), acts),
             window=c.sliding_window if c.is_sliding(i) else 0,

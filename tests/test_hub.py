@@ -1,0 +1,116 @@
+"""Models by name against a local stand-in for the Hugging Face Hub (the real
+huggingface_hub client, HF_ENDPOINT on 127.0.0.1): REPO, REPO:QUANT and
+REPO:FILE, split sets downloaded whole, pull, list, the cache found again
+offline, and clear errors (never a traceback) when a name matches nothing."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from goosedump import synth
+from hub_stub import Hub
+
+REPO = "someorg/gpt-oss-tiny-GGUF"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, small_vocab):
+    d = tmp_path_factory.mktemp("hubfiles")
+    files = {}
+
+    def add(path_in_repo, recipe, split=None):
+        out = d / os.path.basename(path_in_repo)
+        synth.write_model(out, "tiny", seed=5, vocab=small_vocab, recipe=recipe, split_max_size=split)
+        if split:
+            for p in sorted(d.glob(out.name.removesuffix(".gguf") + "-*-of-*.gguf")):
+                files[os.path.dirname(path_in_repo) + "/" + p.name if "/" in path_in_repo else p.name] = p.read_bytes()
+        else:
+            files[path_in_repo] = out.read_bytes()
+
+    add("gpt-oss-tiny-mxfp4.gguf", "mxfp4")
+    add("gpt-oss-tiny-Q4_K_M.gguf", "q4_k_m")
+    add("Q8_0/gpt-oss-tiny-Q8_0.gguf", "q8_0", split=60_000)     # a split set in a folder, as unsloth ships
+    files["README.md"] = b"tiny\n"
+    with Hub({REPO: files, "someorg/only-one-GGUF": {"model-F16.gguf": files["gpt-oss-tiny-mxfp4.gguf"]}}) as h:
+        h.files = files
+        yield h
+
+
+def run(hub, cache, *args, offline=False):
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(cache), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    out = subprocess.run([sys.executable, "-m", "goosedump", *args], capture_output=True, text=True, env=env)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def test_a_quant_tag_downloads_the_whole_split_set(hub, tmp_path):
+    parts = sorted(f for f in hub.files if f.startswith("Q8_0/"))
+    assert len(parts) >= 3
+    out = run(hub, tmp_path, "pull", f"{REPO}:q8_0")          # case-insensitive, as llama.cpp
+    assert out.returncode == 0, out.stderr
+    paths = out.stdout.split()
+    assert [p.split("/snapshots/")[1].split("/", 1)[1] for p in paths] == parts
+    for p, name in zip(paths, parts):
+        with open(p, "rb") as f:
+            assert f.read() == hub.files[name]
+    # then it runs from the cache, even offline
+    r = run(hub, tmp_path, "run", f"{REPO}:Q8_0", "-p", "hi", "-n", "3", "--json", "--temperature", "0", offline=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["generated_tokens"] == 3
+
+
+def test_a_repo_alone_takes_its_mxfp4_file(hub, tmp_path):
+    out = run(hub, tmp_path, "run", REPO, "-p", "hi", "-n", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert any(line.endswith(f"/resolve/main/gpt-oss-tiny-mxfp4.gguf") for line in hub.log)
+    one = run(hub, tmp_path, "inspect", "someorg/only-one-GGUF", "--json")   # else the only model
+    assert one.returncode == 0, one.stderr
+    assert json.loads(one.stdout)["files"][0]["path"].endswith("model-F16.gguf")
+
+
+def test_a_file_name_and_a_later_part(hub, tmp_path):
+    out = run(hub, tmp_path, "pull", f"{REPO}:gpt-oss-tiny-Q4_K_M.gguf")
+    assert out.returncode == 0 and out.stdout.strip().endswith("gpt-oss-tiny-Q4_K_M.gguf"), out.stderr
+    second = sorted(f for f in hub.files if f.startswith("Q8_0/"))[1]
+    out = run(hub, tmp_path, "pull", f"{REPO}:{second}")
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.split()) >= 3
+
+
+def test_list_shows_the_cached_models(hub, tmp_path):
+    assert run(hub, tmp_path, "pull", f"{REPO}:Q8_0").returncode == 0
+    assert run(hub, tmp_path, "pull", f"{REPO}:MXFP4").returncode == 0
+    out = run(hub, tmp_path, "list", "--json")
+    models = {m["name"]: m for m in json.loads(out.stdout)["models"]}
+    assert set(models) == {f"{REPO}:Q8_0", f"{REPO}:MXFP4"}
+    q8 = models[f"{REPO}:Q8_0"]
+    assert q8["parts"] >= 3 and q8["complete"]
+    assert q8["bytes"] == sum(len(b) for f, b in hub.files.items() if f.startswith("Q8_0/"))
+    text = run(hub, tmp_path, "list")
+    assert f"{REPO}:Q8_0" in text.stdout and "KiB" in text.stdout and "00001-of-" in text.stdout
+
+
+@pytest.mark.parametrize("name,message", [
+    (f"{REPO}:Q9_9", "no file of someorg/gpt-oss-tiny-GGUF carries the quant tag 'Q9_9'; its models: "),
+    (f"{REPO}:nope.gguf", "someorg/gpt-oss-tiny-GGUF has no file nope.gguf; its models: "),
+    ("someorg/missing-GGUF", "someorg/missing-GGUF: no such repo on the Hugging Face Hub"),
+    ("models/x.gguf", "models/x.gguf: no such file"),
+])
+def test_names_that_match_nothing(hub, tmp_path, name, message):
+    out = run(hub, tmp_path, "run", name, "-p", "hi")
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    if "its models" in message:    # the choices, with sizes and parts
+        assert "gpt-oss-tiny-Q4_K_M.gguf (" in out.stderr and "parts)" in out.stderr
+
+
+def test_offline_names_say_what_to_download(hub, tmp_path):
+    out = run(hub, tmp_path, "run", f"{REPO}:Q4_K_M", "-p", "hi", offline=True)
+    assert out.returncode == 2
+    assert "the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE is set)" in out.stderr
+    assert f"hf download {REPO} --include '*Q4_K_M*'" in out.stderr and str(tmp_path) in out.stderr
+    out = run(hub, tmp_path, "pull", "ggml-org/gpt-oss-120b-GGUF", offline=True)
+    assert out.returncode == 2 and "gpt-oss-120b-mxfp4-00003-of-00003.gguf" in out.stderr
