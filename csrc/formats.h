@@ -181,4 +181,53 @@ inline void chunk_scales(Format f, const uint8_t* b, int sub, float d[2], float 
   }
 }
 
+// The scales and offsets of every chunk of a super-block at once (what
+// chunk_scales gives chunk by chunk, the same products, the shared parts
+// unpacked once): d[sub][half], m[sub][half].
+template <class Half>
+inline void superblock_scales(Format f, const uint8_t* b, float d[8][2], float m[8][2], Half half) {
+  auto h16 = [&](const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return half(v);
+  };
+  switch (f) {
+    case Format::Q2_K: {
+      const float dd = h16(b + 80), dmin = h16(b + 82);
+      for (int i = 0; i < 16; ++i) {
+        d[i / 2][i % 2] = dd * float(b[i] & 0xF);
+        m[i / 2][i % 2] = -(dmin * float(b[i] >> 4));
+      }
+      return;
+    }
+    case Format::Q3_K: {
+      int8_t sc[16];
+      q3k_scales(b + 96, sc);
+      const float dd = h16(b + 108);
+      for (int i = 0; i < 16; ++i) d[i / 2][i % 2] = dd * float(sc[i] - 32), m[i / 2][i % 2] = 0.f;
+      return;
+    }
+    case Format::Q4_K:
+    case Format::Q5_K: {
+      const float dd = h16(b), dmin = h16(b + 2);
+      for (int j = 0; j < 8; ++j) {
+        int sc, mn;
+        scale_min_k4(j, b + 4, sc, mn);
+        d[j][0] = d[j][1] = dd * float(sc);
+        m[j][0] = m[j][1] = -(dmin * float(mn));
+      }
+      return;
+    }
+    case Format::Q6_K: {
+      const float dd = h16(b + 208);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+      for (int i = 0; i < 16; ++i) d[i / 2][i % 2] = dd * float(sc[i]), m[i / 2][i % 2] = 0.f;
+      return;
+    }
+    default:   // IQ4_XS
+      for (int j = 0; j < 8; ++j) chunk_scales(f, b, j, d[j], m[j], half);
+      return;
+  }
+}
+
 }  // namespace gd

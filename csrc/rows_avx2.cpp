@@ -241,19 +241,12 @@ AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
 
 // One chunk against TT tokens, into their accumulators (acc: the scaled code
 // sums, 8 lanes each; accm: the minimums' terms); a points at the chunk's
-// run of the tile (act_block).
+// run of the tile (act_block); d and m: the chunk's scales and offsets.
 template <Format F, int TT>
-AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const I16Acts& a, __m256* acc, float* accm) {
+AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const float m[2], const I16Acts& a,
+                           __m256* acc, float* accm) {
   __m256i first, second;
   load_codes<F>(blk, sub, first, second);
-  float d[2] = {0.f, 0.f}, m[2] = {0.f, 0.f};
-  if constexpr (F == Format::Q8_0) {
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    d[0] = _cvtsh_ss(h);
-  } else if constexpr (F != Format::MXFP4) {
-    chunk_scales(F, blk, sub, d, m, half_avx2);
-  }
   for (int t = 0; t < TT; ++t) {
     const int16_t* q = a.q + t * 32;
     const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
@@ -271,14 +264,27 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const I16Acts& a, __m256
   }
 }
 
+// The scales of one 32-value block (the MXFP4 kernel takes its own from a table).
+template <Format F>
+AVX2 inline void block_scales(const uint8_t* blk, float d[2], float m[2]) {
+  d[0] = d[1] = m[0] = m[1] = 0.f;
+  if constexpr (F == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    d[0] = _cvtsh_ss(h);
+  } else if constexpr (F != Format::MXFP4) {
+    chunk_scales(F, blk, 0, d, m, half_avx2);
+  }
+}
+
 // One row against TT tokens. One accumulator per token whatever the tile:
 // a token's sum is formed in the same order alone or in a batch, so
 // prefill, decode and a cached prefix give the same bits. The format is a
 // template parameter so that the chunk loop carries no branch; small tiles
-// unroll two chunks (large ones would run out of registers).
+// unroll two chunks (large ones would run out of registers). Super-blocks
+// unpack their scales once for their eight chunks.
 template <Format F, int TT>
 AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
-  constexpr int per = block_values(F) / 32;
   __m256 acc[TT];
   float accm[TT];
   for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps(), accm[t] = 0.f;
@@ -287,14 +293,29 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     return I16Acts{a.q + c * TT * 32, a.d ? a.d + c * TT : a.d, a.e ? a.e + c * TT : a.e,
                    a.s ? a.s + 2 * c * TT : a.s};
   };
-  if constexpr (TT <= 2) {
+  if constexpr (block_values(F) == 256) {
+    float d[8][2], m[8][2];
+    for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
+      const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
+      superblock_scales(F, blk, d, m, half_avx2);
+      for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+    }
+  } else if constexpr (TT <= 2) {
+    float d[2], m[2];
 #pragma GCC unroll 2
-    for (size_t c = 0; c < n_chunks; ++c)
-      chunk_i16<F, TT>(row + (c / per) * block_bytes(F), int(c % per), at(c), acc, accm);
+    for (size_t c = 0; c < n_chunks; ++c) {
+      const uint8_t* blk = row + c * block_bytes(F);
+      block_scales<F>(blk, d, m);
+      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+    }
   } else {
+    float d[2], m[2];
 #pragma GCC unroll 1
-    for (size_t c = 0; c < n_chunks; ++c)
-      chunk_i16<F, TT>(row + (c / per) * block_bytes(F), int(c % per), at(c), acc, accm);
+    for (size_t c = 0; c < n_chunks; ++c) {
+      const uint8_t* blk = row + c * block_bytes(F);
+      block_scales<F>(blk, d, m);
+      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+    }
   }
   for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]) + accm[t];
 }
