@@ -1,22 +1,22 @@
-"""goosedump and llama.cpp side by side on one GGUF file: the same prompt
-(token ids), the same number of greedy tokens, the same threads, experts in
-memory. Each engine runs in its own process (so peak RSS is its own); the two
-alternate `--reps` times. The script watches the machine: before and during
-each run it records the load average and the CPU that other processes used,
-and flags a run as contaminated when others used more than 0.15 of a core
-(on 2 cores one other job cuts llama.cpp's decode several times over). It
-prints prefill and decode tokens/s and peak RSS per run, the ratios
-goosedump/llama.cpp with their spread, the bytes of weights a decoded token
-reads, the memory bandwidth measured in the same run, and the fraction of that
-bound each engine's decode reaches.
+"""goosedump and llama.cpp side by side on one GGUF file: a prompt of random
+(non-special) token ids, then greedy tokens, the same threads. goosedump runs
+its own generation loop; llama.cpp runs its `llama-bench` binary (built from
+the source in llama-cpp-python's sdist, see the README): pp (prompt
+processing) and tg (generation at the prompt's depth, `-d`). Each engine runs
+in its own process, and the two alternate `--reps` times. The script watches
+the machine: before and during each run it records the CPU that other
+processes used and flags a run as contaminated when they used more than 0.15
+of a core. It prints the CPU model and instruction sets, prefill and decode
+tokens/s and peak RSS per run, the ratios goosedump/llama.cpp with their
+spread, the bytes a decoded token reads, the memory bandwidth measured in the
+same run and the fraction of that bound each engine's decode reaches.
 
-llama.cpp comes from llama-cpp-python, built outside the repo (see README) and
-installed in its own environment: pass its interpreter with --llama-python.
 --baseline-python PY compares against another goosedump build instead (the
 interpreter of an environment where it is installed): new build / old build.
 
 usage: python benchmarks/vs_llamacpp.py MODEL.gguf [--prompt-tokens 512] [--gen 128] [--threads 2]
-           [--reps 3] [--llama-python ~/.cache/goosedump/llama-venv/bin/python] [--baseline-python PY]
+           [--reps 3] [--llama-bench ~/.cache/goosedump/llama.cpp/build/bin/llama-bench]
+           [--expert-cache 16G] [--baseline-python PY]
 """
 import argparse
 import json
@@ -27,39 +27,67 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_LLAMA_BENCH = os.path.expanduser("~/.cache/goosedump/llama.cpp/build/bin/llama-bench")
+ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile",
+             "amx_int8", "asimd", "asimddp", "sve")
+
+
+def cpu_description() -> str:
+    """The CPU model and the instruction sets that matter here, from /proc/cpuinfo."""
+    name, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "Model") and name == "unknown CPU":
+                    name = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return f"{name} ({os.cpu_count()} cores; {' '.join(f for f in ISA_FLAGS if f in flags) or 'no SIMD flags'})"
 
 
 def prompt_ids(model_path: str, n: int) -> list[int]:
-    """n token ids of varied text (the tests' corpus), tokenized by goosedump."""
-    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-    from corpus import corpus
+    """n random token ids outside the special tokens (as llama-bench draws them)."""
+    import numpy as np
 
     import goosedump
     tok = goosedump.load(model_path).tokenizer
-    ids: list[int] = []
-    seed = 0
-    while len(ids) < n:
-        ids += tok.encode(" ".join(corpus(200, seed=seed)))
-        seed += 1
-    return ids[:n]
+    normal = [i for i in range(tok.n_vocab) if i not in tok.special_ids]
+    return np.random.default_rng(0).choice(normal, n).tolist()
 
 
 def child_goosedump(args) -> dict:
     import goosedump
     ids = json.loads(args.ids)
-    # experts fully in memory (the bounded-memory case streams them through the expert cache)
-    model = goosedump.load(args.model, n_ctx=len(ids) + args.gen, threads=args.threads, expert_cache="16G")
+    model = goosedump.load(args.model, n_ctx=len(ids) + args.gen + 1, threads=args.threads,
+                           expert_cache=args.expert_cache)
     model.transformer   # maps the weights, as llama.cpp does at load
     # The public generation loop, greedy, end-of-generation ignored: the same
     # work as llama.cpp (and the same call in every goosedump build, for --baseline-python).
-    r = model.generate(ids, max_tokens=args.gen, reuse_cache=False, ignore_eos=True)
+    r = model.generate(ids, max_tokens=args.gen + 1, reuse_cache=False, ignore_eos=True)
     return {"prefill_s": r.prefill_seconds, "decode_s": r.decode_seconds, "n_prompt": len(ids),
-            "n_decode": r.decode_steps, "tokens": r.token_ids, "stop": r.stop_reason}
+            "n_decode": r.decode_steps}
 
 
-def child_llamacpp(args) -> dict:
-    from llamacpp_greedy import greedy
-    return greedy(args.model, json.loads(args.ids), args.gen, args.threads)
+def run_llama_bench(binary: str, model: str, n_prompt: int, gen: int, threads: int) -> dict:
+    """pp n_prompt and tg gen at depth n_prompt, one repetition each (the
+    alternation gives the repetitions); the weights repacked as llama.cpp
+    does by default."""
+    out = {}
+    for key, extra in (("pp", ["-p", str(n_prompt), "-n", "0"]),
+                       ("tg", ["-p", "0", "-n", str(gen), "-d", str(n_prompt)])):
+        p = subprocess.run([binary, "-m", model, "-t", str(threads), "-r", "1", "-o", "json", *extra],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"llama-bench failed ({p.returncode}): {p.stderr[-2000:]}")
+        row = json.loads(p.stdout)[0]
+        out[key] = row
+    return {"prefill_s": n_prompt / out["pp"]["avg_ts"], "decode_s": gen / out["tg"]["avg_ts"],
+            "n_prompt": n_prompt, "n_decode": gen, "build": out["tg"].get("build_commit"),
+            "cpu_info": out["tg"].get("cpu_info"), "backends": out["tg"].get("backends")}
 
 
 def cpu_jiffies() -> tuple[int, int]:
@@ -101,26 +129,24 @@ def bandwidth_gbs(threads: int, size: int = 1 << 30) -> float:
 
 def decode_bytes_per_token(model_path: str, ctx: int) -> int:
     """Weights (and KV cache) a decoded token reads: every dense matrix but
-    the embeddings (one row), the chosen experts of every layer, the cache."""
+    the embeddings (one row), the chosen experts of every layer (their bytes
+    in the file's own types), the cache."""
     import goosedump
     from goosedump.layout import is_expert_tensor
     m = goosedump.load(model_path)
     c = m.config
-    dense = sum(t.nbytes for t in m.file.tensors.values()
-                if not is_expert_tensor(t.name) and t.name != "token_embd.weight")
+    ts = m.file.tensors.values()
+    dense = sum(t.nbytes for t in ts if not is_expert_tensor(t.name) and t.name != "token_embd.weight")
     embd = m.file.tensors["token_embd.weight"].nbytes // c.n_vocab
-    experts = c.n_layer * c.n_expert_used * m.layout.expert_slot_bytes
+    experts = sum(t.nbytes for t in ts if is_expert_tensor(t.name)) // c.n_expert * c.n_expert_used
     per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
     # the positions attention reads: the last `window` on sliding layers, all on full ones
     kv = sum(per_pos * (min(ctx, c.sliding_window) if c.is_sliding(i) else ctx) for i in range(c.n_layer))
     return dense + embd + experts + kv
 
 
-def run_child(python: str, engine: str, model: str, ids: list[int], gen: int, threads: int) -> dict:
-    cmd = [python, os.path.abspath(__file__), "--child", engine, model, "--gen", str(gen),
-           "--threads", str(threads), "--ids", json.dumps(ids)]
+def run_child(cmd: list[str]) -> dict:
     before = others_cpu()
-    load_before = os.getloadavg()[0]
     busy0, _ = cpu_jiffies()
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -130,14 +156,14 @@ def run_child(python: str, engine: str, model: str, ids: list[int], gen: int, th
     own = usage.ru_utime + usage.ru_stime
     during = max(0.0, ((busy1 - busy0) / os.sysconf("SC_CLK_TCK") - own) / wall)
     out, err = p.stdout.read(), p.stderr.read()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        raise RuntimeError(f"{engine} failed ({p.returncode}): {err[-2000:]}")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{cmd[:3]} failed: {err[-2000:]}")
     r = json.loads(out.strip().splitlines()[-1])
-    r["others_cpu_before"], r["others_cpu_during"], r["load_before"] = before, during, load_before
+    r["others_cpu_before"], r["others_cpu_during"] = before, during
     r["contaminated"] = before > 0.15 or during > 0.15
     r["prefill_tps"] = r["n_prompt"] / r["prefill_s"]
     r["decode_tps"] = r["n_decode"] / r["decode_s"]
+    r["peak_rss_mib"] = usage.ru_maxrss / 1024
     return r
 
 
@@ -148,44 +174,48 @@ def main() -> int:
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--llama-python", default=os.path.expanduser("~/.cache/goosedump/llama-venv/bin/python"))
+    ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH", DEFAULT_LLAMA_BENCH))
+    ap.add_argument("--expert-cache", default="16G",
+                    help="goosedump's expert cache budget (default 16G: experts in memory, as llama.cpp keeps them)")
     ap.add_argument("--baseline-python", help="compare against the goosedump build of this interpreter")
     ap.add_argument("--child", choices=["goosedump", "llamacpp"])
     ap.add_argument("--ids")
     args = ap.parse_args()
-    if args.child:
-        fn = child_goosedump if args.child == "goosedump" else child_llamacpp
-        r = fn(args)
-        # The process's own peak (getrusage's maxrss would carry the parent's over fork and exec).
-        with open("/proc/self/status") as f:
-            r["peak_rss_mib"] = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
-        print(json.dumps(r))
+    if args.child == "goosedump":
+        print(json.dumps(child_goosedump(args)))
+        return 0
+    if args.child == "llamacpp":
+        print(json.dumps(run_llama_bench(args.llama_bench, args.model, len(json.loads(args.ids)), args.gen,
+                                         args.threads)))
         return 0
 
+    print(f"CPU: {cpu_description()}", flush=True)
     ids = prompt_ids(args.model, args.prompt_tokens)
-    engines = {"goosedump": sys.executable}
+    common = [args.model, "--gen", str(args.gen), "--threads", str(args.threads), "--ids", json.dumps(ids),
+              "--expert-cache", args.expert_cache, "--llama-bench", args.llama_bench]
+    engines = {"goosedump": [sys.executable, os.path.abspath(__file__), "--child", "goosedump", *common]}
     other = "baseline" if args.baseline_python else "llama.cpp"
     if args.baseline_python:
-        engines[other] = args.baseline_python
-    elif os.path.exists(args.llama_python):
-        engines[other] = args.llama_python
+        engines[other] = [args.baseline_python, os.path.abspath(__file__), "--child", "goosedump", *common]
+    elif os.path.exists(args.llama_bench):
+        engines[other] = [sys.executable, os.path.abspath(__file__), "--child", "llamacpp", *common]
     else:
-        print(f"no llama.cpp interpreter at {args.llama_python}: goosedump only", file=sys.stderr)
+        print(f"no llama-bench at {args.llama_bench} (--llama-bench or $LLAMA_BENCH): goosedump only", file=sys.stderr)
     bw_before = bandwidth_gbs(args.threads)
     runs = {e: [] for e in engines}
     for rep in range(args.reps):
-        for engine, python in engines.items():
-            r = run_child(python, "llamacpp" if engine == "llama.cpp" else "goosedump", args.model, ids,
-                          args.gen, args.threads)
+        for engine, cmd in engines.items():
+            r = run_child(cmd)
             runs[engine].append(r)
             flag = "  CONTAMINATED" if r["contaminated"] else ""
             print(f"rep {rep + 1} {engine:9s}: prefill {r['prefill_tps']:7.2f} tok/s, decode "
                   f"{r['decode_tps']:6.2f} tok/s, peak RSS {r['peak_rss_mib']:8.0f} MiB; others' CPU "
-                  f"{r['others_cpu_before']:.2f} before, {r['others_cpu_during']:.2f} during, load "
-                  f"{r['load_before']:.2f}{flag}", flush=True)
+                  f"{r['others_cpu_before']:.2f} before, {r['others_cpu_during']:.2f} during{flag}", flush=True)
     bw = max(bw_before, bandwidth_gbs(args.threads))
     per_token = decode_bytes_per_token(args.model, args.prompt_tokens + args.gen // 2)
-
+    if other in runs and runs[other][0].get("build"):
+        print(f"llama.cpp build {runs[other][0]['build']}, {runs[other][0].get('backends')}: "
+              f"{runs[other][0].get('cpu_info')}")
     print(f"\n{os.path.basename(args.model)}: {args.prompt_tokens}-token prompt, {args.gen} generated, "
           f"{args.threads} threads, {args.reps} alternating rep(s)")
     print(f"memory bandwidth (streaming read, {args.threads} threads): {bw:.1f} GB/s; a decoded token reads "
@@ -204,17 +234,14 @@ def main() -> int:
               f"{s['decode_sd']:5.2f} {s['peak_rss_mib']:13.0f} {100 * s['fraction_of_bound']:8.0f}%")
     ratios = {}
     if other in runs:
-        pairs = [(g, lc) for g, lc in zip(runs["goosedump"], runs[other])
-                 if not (g["contaminated"] or lc["contaminated"])] or list(zip(runs["goosedump"], runs[other]))
+        pairs = [(g, o) for g, o in zip(runs["goosedump"], runs[other])
+                 if not (g["contaminated"] or o["contaminated"])] or list(zip(runs["goosedump"], runs[other]))
         for key, name in (("prefill_tps", "prefill"), ("decode_tps", "decode"), ("peak_rss_mib", "peak RSS")):
-            r = [g[key] / lc[key] for g, lc in pairs]
+            r = [g[key] / o[key] for g, o in pairs]
             ratios[name] = {"mean": statistics.mean(r), "min": min(r), "max": max(r)}
             print(f"goosedump / {other} {name:9s}: {statistics.mean(r):.2f}x (min {min(r):.2f}, "
                   f"max {max(r):.2f}, {len(pairs)} clean pair(s))")
-        same = sum(a == b for a, b in zip(runs["goosedump"][0]["tokens"], runs[other][0]["tokens"]))
-        print(f"greedy tokens equal to {other}'s: {same} of {args.gen}" + ("" if args.baseline_python else
-              " (random weights, small margins: llama.cpp's 8-bit activations and rounded YaRN range move them)"))
-    print(json.dumps({"summary": summary, "ratios": ratios, "bandwidth_gbs": bw,
+    print(json.dumps({"cpu": cpu_description(), "summary": summary, "ratios": ratios, "bandwidth_gbs": bw,
                       "decode_bytes_per_token": per_token, "prompt_tokens": args.prompt_tokens,
                       "gen": args.gen, "threads": args.threads, "reps": args.reps}))
     return 0
