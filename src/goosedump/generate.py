@@ -88,11 +88,14 @@ class Generation:
     def __init__(self, prompt: list[int], max_tokens: int, sampling: SamplingParams = GREEDY,
                  time_budget: float | None = None, ignore_eos: bool = False, reuse_cache: bool = True,
                  recorder: Recorder | None = None, on_event: Callable[["Generation", Event | None], None] | None = None,
-                 before_end: Callable[["Generation"], None] | None = None, id: int = 0):
+                 before_end: Callable[["Generation"], None] | None = None, id: int = 0, constraint=None):
         self.prompt, self.max_tokens, self.sampling = prompt, max_tokens, sampling
         self.time_budget, self.ignore_eos, self.reuse_cache = time_budget, ignore_eos, reuse_cache
         self.recorder = recorder
         self.probe = recorder or NO_PROBE
+        # goosedump.structured: allowed() -> mask of the tokens that may come
+        # next, advance(token); None: any token
+        self.constraint = constraint
         self.id = id
         self.submitted = time.perf_counter()
         self.started: float | None = None     # when its prefill began
@@ -117,6 +120,8 @@ class Generation:
         self.deadline: float | None = None
         self.next: int | None = None          # the token to feed at the next step
         self.store_start = None
+        self.store_log: list | None = None    # the store's requests, for Belady's oracle
+        self.unlog: Callable[[], None] | None = None   # stops that log (at the end, whatever ends it)
 
     # -- for the consumer
     def cancel(self, reason: str = STOP_CANCELLED) -> None:
@@ -161,6 +166,9 @@ class Generation:
             self._queue.put(event)
 
     def end(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
+        if self.unlog is not None:
+            self.unlog()
+            self.unlog = None
         self.result, self.error = result, error
         if self._before_end is not None:
             self._before_end(self)
@@ -217,6 +225,9 @@ class Stepper:
         gen.deadline = None if gen.time_budget is None else t0 + gen.time_budget
         gen.cache, gen.decoder = cache, self.tok.stream_decoder()
         gen.store_start = None if self.store is None else self.store.counters()
+        if gen.recorder is not None and self.store is not None and not self.store.in_place:
+            gen.store_log = self.store.start_log()
+            gen.unlog = lambda log=gen.store_log: self.store.stop_log(log)
         if gen.cancelled is not None:      # cancelled while it waited: nothing is computed
             gen.t_prefill = t0
             self.finish(gen, gen.cancelled)
@@ -263,12 +274,21 @@ class Stepper:
 
     def pick(self, gens: list[Generation], x: np.ndarray, probe) -> list[int]:
         """The next token of each row of x [B, D]: greedy by the head's fused
-        argmax when no row changes its logits, else from the logits."""
-        head = self.tr.head
+        argmax when no row changes its logits, else from the logits. The
+        vocabulary's UNUSED ids are never picked, nor what a row's constraint
+        forbids (each row its own: the others are untouched)."""
+        head, unused = self.tr.head, self.tok.unused_ids
         with probe.timer("output_head"):
-            if all(g.sampling.plain_greedy for g in gens):
-                return [int(t) for t in head.argmax(x)]
+            if all(g.sampling.plain_greedy and g.constraint is None for g in gens):
+                ids = [int(t) for t in head.argmax(x)]
+                if not np.isin(ids, unused).any():
+                    return ids
             logits = head.logits(x)                                             # [B, V]
+        logits[:, unused] = -np.inf
+        with probe.timer("constraint"):
+            for g, row in zip(gens, logits):
+                if g.constraint is not None:
+                    row[~g.constraint.allowed()] = -np.inf
         out = []
         for g, row in zip(gens, logits):
             if g.sampling.plain_greedy:
@@ -279,6 +299,8 @@ class Stepper:
 
     def accept(self, gen: Generation, token: int) -> bool:
         """Deliver a token; True while the generation goes on."""
+        if gen.constraint is not None:
+            gen.constraint.advance(token)
         if token in self.tok.eog_ids and not gen.ignore_eos:
             self.finish(gen, STOP_EOS, eos=token)
             return False
@@ -303,9 +325,12 @@ class Stepper:
             cache_stats["bytes_read_per_token"] = cache_stats["bytes_read"] / total if total else 0.0
         rec, report = gen.recorder, None
         if rec is not None:
-            if cache_stats is not None and not self.store.in_place:
+            if gen.store_log is not None:
+                # on the store's own requests, as it served them: no eviction
+                # policy that reads only on demand can hit more often
                 from .cachesim import belady_hit_rate
-                cache_stats["belady_hit_rate"] = belady_hit_rate(rec.trace(), self.store.n_slots)
+                requests = [(n, layer, experts) for n, (layer, experts) in enumerate(gen.store_log)]
+                cache_stats["belady_hit_rate"] = belady_hit_rate(requests, self.store.n_slots, pinned=False)
             if rec.profile:
                 report = rec.report(len(gen.prompt) - gen.cached, gen.steps, gen.t_prefill - gen.started,
                                     gen.compute_seconds, cache_stats)

@@ -83,19 +83,29 @@ class Model:
     def generate_stream(self, prompt: str | Sequence[int], max_tokens: int = 256,
                         time_budget: float | None = None, profile: bool = False,
                         sampling: SamplingParams | None = None, reuse_cache: bool = True,
-                        ignore_eos: bool = False, record_routing: bool = False) -> Generation:
+                        ignore_eos: bool = False, record_routing: bool = False, grammar: str | None = None,
+                        json_schema: dict | str | None = None, constraint=None) -> Generation:
         """Generation as an iterator of text pieces (each whole code points;
         `.events()` for (token id, piece) pairs); its `.result` is the
         GenerationResult once exhausted. sampling: None for greedy.
         reuse_cache: keep the KV cache of the prefix this prompt shares with
         the previous generation's tokens (a conversation's next turn prefills
         only what is new). record_routing: the result's `routing` lists the
-        experts chosen per token and layer."""
+        experts chosen per token and layer. grammar (GBNF or Lark text) or
+        json_schema: the output follows it from its first token
+        (goosedump.structured); constraint: a mask of one's own (allowed()
+        -> bool [n_vocab], advance(token))."""
         if isinstance(prompt, str):
             # Raw text prompts may spell special tokens ("<|start|>..."), as in llama.cpp.
             prompt = self.tokenizer.encode(prompt, allow_special=True)
+        if grammar is not None or json_schema is not None:
+            if constraint is not None:
+                raise ValueError("give grammar, json_schema or constraint, one of them")
+            from .reply_plan import raw_constraint
+            constraint = raw_constraint(self.tokenizer, grammar, json_schema)
         gen = self.stepper.new(prompt, max_tokens, sampling, profile=profile, record_routing=record_routing,
-                               time_budget=time_budget, reuse_cache=reuse_cache, ignore_eos=ignore_eos)
+                               time_budget=time_budget, reuse_cache=reuse_cache, ignore_eos=ignore_eos,
+                               constraint=constraint)
         if self._cache is None:
             self._cache = self.new_cache()
         return self.stepper.drive(gen, self._cache)
@@ -103,14 +113,15 @@ class Model:
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 256, time_budget: float | None = None,
                  on_text: Callable[[str], None] | None = None, profile: bool = False,
                  sampling: SamplingParams | None = None, reuse_cache: bool = True,
-                 ignore_eos: bool = False, record_routing: bool = False) -> GenerationResult:
+                 ignore_eos: bool = False, record_routing: bool = False, grammar: str | None = None,
+                 json_schema: dict | str | None = None, constraint=None) -> GenerationResult:
         """Generation from text (a raw completion) or token ids; greedy unless
         sampling says otherwise. Stops on an end-of-generation token,
         max_tokens, a repetition loop or the time budget (seconds).
         profile=True fills result.profile with where time, memory and
         routing went."""
         gen = self.generate_stream(prompt, max_tokens, time_budget, profile, sampling, reuse_cache, ignore_eos,
-                                   record_routing)
+                                   record_routing, grammar, json_schema, constraint)
         for piece in gen:
             if on_text is not None:
                 on_text(piece)
@@ -120,15 +131,28 @@ class Model:
     def chat_stream(self, messages: Sequence[dict], max_tokens: int = 1024, *, reasoning_effort: str = "medium",
                     tools: Sequence[dict] | None = None, date: str | None = None,
                     sampling: SamplingParams | None = None, time_budget: float | None = None,
-                    profile: bool = False, chat_format: str = "auto", record_routing: bool = False) -> ReplyStream:
+                    profile: bool = False, chat_format: str = "auto", record_routing: bool = False,
+                    tool_choice=None, response_format: dict | None = None, reasoning_budget: int | None = None,
+                    grammar: str | None = None, json_schema: dict | str | None = None) -> ReplyStream:
         """A chat turn: the conversation rendered (render_chat), then generated
         and parsed as it streams. Iterate for reply events (goosedump.reply:
         start, delta and end of reasoning, content and tool calls); `.reply`
-        and `.result` are set at the end."""
-        ids = self.render_chat(messages, reasoning_effort=reasoning_effort, tools=tools, date=date,
+        and `.result` are set at the end. tool_choice and response_format as
+        OpenAI's (a named or required call; a JSON schema for the answer;
+        tools with "strict": true constrain their arguments), grammar /
+        json_schema as llama.cpp's; reasoning_budget ends the reasoning after
+        so many tokens (0: none). Constraints apply where the harmony format
+        says: the reasoning stays free (goosedump.structured)."""
+        from .chat import has_harmony_tokens
+        from .reply_plan import plan_reply
+        harmony = chat_format != "template" and has_harmony_tokens(self.tokenizer)
+        plan = plan_reply(self.tokenizer, tools, tool_choice, response_format, reasoning_budget, grammar,
+                          json_schema, harmony)
+        ids = self.render_chat(messages, reasoning_effort=reasoning_effort, tools=plan.tools, date=date,
                                chat_format=chat_format)
-        gen = self.generate_stream(ids, max_tokens, time_budget, profile, sampling, record_routing=record_routing)
-        return ReplyStream(self.tokenizer, generation=gen)
+        gen = self.generate_stream(ids + plan.prefix, max_tokens, time_budget, profile, sampling,
+                                   record_routing=record_routing, constraint=plan.gate(self.tokenizer))
+        return ReplyStream(self.tokenizer, prefix=plan.prefix, generation=gen)
 
     def chat(self, messages: Sequence[dict], max_tokens: int = 1024, **kw) -> ReplyStream:
         """chat_stream run to its end: `.reply` (content, reasoning_content,

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-PARTS = ("attn_proj", "attention", "router", "experts", "output_head")
+PARTS = ("attn_proj", "attention", "router", "experts", "output_head", "constraint")
 _NULL = contextlib.nullcontext()
 
 

@@ -143,8 +143,11 @@ def sample(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator,
     if p.greedy:
         return int(np.argmax(x))
     ids, probs = distribution(x, p)
-    # inverse CDF with one uniform draw: one draw per token keeps seeded runs reproducible
-    i = min(int(np.searchsorted(np.cumsum(probs), rng.random(), side="right")), len(probs) - 1)
+    # inverse CDF with one uniform draw: one draw per token keeps seeded runs
+    # reproducible. The draw is scaled to the sum as rounded, so that it never
+    # falls past the end onto a token of probability 0 (a masked one).
+    cum = np.cumsum(probs)
+    i = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
     return int(ids[i]) if ids is not None else i
 
 

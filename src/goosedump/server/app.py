@@ -17,13 +17,14 @@ from .. import __version__
 from ..chat import ChatError, has_harmony_tokens
 from ..engine import Engine
 from ..reply import ReplyStream
+from ..reply_plan import PlanError, ReplyPlan, plan_reply
 from ..result import ContextOverflowError
 from ..sampling import SamplingError
 from . import chat_completions, completions, responses
 from .bridge import Submitted
 from .errors import APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
-from .params import context_error, forced_call_header, resolve_tool_choice, sampling_params
+from .params import context_error, sampling_params
 from .schemas import ChatBody, CompletionBody, Fields, ResponsesBody
 
 
@@ -45,10 +46,11 @@ class Server:
             raise APIError(404, f"The model '{model}' does not exist: this server serves '{self.name}'.",
                            param="model", code="model_not_found")
 
-    def submit(self, prompt: list[int], max_tokens: int, body: Fields, param: str, prompt_param: str) -> Submitted:
+    def submit(self, prompt: list[int], max_tokens: int, body: Fields, param: str, prompt_param: str,
+               constraint=None) -> Submitted:
         try:
             return Submitted(self.engine, prompt, max_tokens, sampling_params(body), body.time_budget,
-                             self.metrics, self.live)
+                             self.metrics, self.live, constraint)
         except ContextOverflowError as e:
             raise context_error(e, param, prompt_param) from None
         except SamplingError as e:
@@ -56,16 +58,20 @@ class Server:
         except ValueError as e:
             raise bad_request(f"{prompt_param}: {e}", param=prompt_param) from None
 
-    def render(self, messages: list[dict], tools, tool_choice, effort: str | None,
-               param: str) -> tuple[list[int], list[int]]:
-        """(prompt ids, the forced prefix of the reply, also in the prompt)."""
-        tools, forced = resolve_tool_choice(tool_choice, tools)
+    def render(self, messages: list[dict], tools, tool_choice, effort: str | None, param: str,
+               body: Fields, response_format=None, format_param: str = "response_format") -> tuple[list[int], ReplyPlan]:
+        """(prompt ids, the reply's plan: its forced prefix, also in the
+        prompt, and its constraint)."""
         try:
-            ids = self.model.render_chat(messages, reasoning_effort=effort or "medium", tools=tools)
+            plan = plan_reply(self.tok, tools, tool_choice, response_format, getattr(body, "reasoning_budget", None),
+                              body.grammar, body.json_schema, self.harmony, format_param)
+        except PlanError as e:
+            raise bad_request(str(e), param=e.param) from None
+        try:
+            ids = self.model.render_chat(messages, reasoning_effort=effort or "medium", tools=plan.tools)
         except ChatError as e:
             raise chat_error(e, param) from None
-        prefix = forced_call_header(self.tok, forced) if forced and self.harmony else []
-        return ids + prefix, prefix
+        return ids + plan.prefix, plan
 
     @staticmethod
     def feed(sub: Submitted, reply: ReplyStream, token: int) -> list:
@@ -163,17 +169,9 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 
 # --- the command ----------------------------------------------------------------------
 
-def serve(args: argparse.Namespace) -> int:
-    from ..hub import resolve_model
-    from ..model import load
-    from ..options import Options
-    if args.max_batch < 1:
-        raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}")
-    path = resolve_model(args.model)
-    options = Options.from_env(expert_cache=args.expert_cache, threads=args.threads, page_cache=args.page_cache)
-    model = load(path, n_ctx=args.ctx, options=options)
+def serve(args: argparse.Namespace, model) -> int:
     model.stepper              # map the weights now, not inside the first request
-    name = args.model_name or os.path.basename(path).removesuffix(".gguf")
+    name = args.model_name or os.path.basename(model.path).removesuffix(".gguf")
     app = create_app(model, model_name=name, api_key=args.api_key, max_batch=args.max_batch)
     print(f"goosedump serve: {name} on http://{args.host}:{args.port}/v1 (context {model.n_ctx} tokens"
           f"{', API key required' if args.api_key else ''})", file=sys.stderr, flush=True)

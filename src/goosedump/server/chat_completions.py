@@ -60,16 +60,14 @@ async def handle(server, body: ChatBody, request: Request):
     check_common(body)
     if body.logprobs or body.top_logprobs:
         raise bad_request("logprobs are not supported", param="logprobs")
-    rf = (body.response_format or {}).get("type", "text")
-    if rf != "text":
-        raise bad_request(f"response_format {rf!r} is not supported (only 'text')", param="response_format")
     stops = stop_strings(body.stop)
-    prompt, prefix = server.render(body.messages, body.tools, body.tool_choice, body.reasoning_effort, "messages")
+    prompt, plan = server.render(body.messages, body.tools, body.tool_choice, body.reasoning_effort, "messages",
+                                 body, body.response_format)
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     n = max_tokens(limit, len(prompt), server.model.n_ctx, param, "messages")
-    sub = server.submit(prompt, n, body, param, "messages")
-    reply = ReplyStream(server.tok, stops, prefix)
+    sub = server.submit(prompt, n, body, param, "messages", plan.gate(server.tok))
+    reply = ReplyStream(server.tok, stops, plan.prefix)
     rid, created = response_id("chatcmpl-")
     if body.stream:
         chunks = Chunks(rid, created, "chat.completion.chunk", server.name, "delta",

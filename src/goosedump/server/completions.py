@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from ..reply import StopFilter
+from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
 from .errors import bad_request
 from .params import check_common, finish_reason, max_tokens, response_id, stop_strings, usage
@@ -33,7 +34,11 @@ async def handle(server, body: CompletionBody, request: Request):
     if not ids:
         raise bad_request("The prompt is empty: nothing to continue from.", param="prompt")
     n = max_tokens(body.max_tokens, len(ids), server.model.n_ctx, "max_tokens", "prompt")
-    sub = server.submit(ids, n, body, "max_tokens", "prompt")
+    try:
+        constraint = raw_constraint(server.tok, body.grammar, body.json_schema)
+    except PlanError as e:
+        raise bad_request(str(e), param=e.param) from None
+    sub = server.submit(ids, n, body, "max_tokens", "prompt", constraint)
     stop = StopFilter(stop_strings(body.stop))
     rid, created = response_id("cmpl-")
     if body.stream:

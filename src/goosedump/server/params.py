@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ..reply import new_id
+from ..reply_plan import forced_call_header, resolve_tool_choice, tool_names  # noqa: F401 (re-exported)
 from ..result import ContextOverflowError
 from ..sampling import SamplingError, SamplingParams
 from .errors import bad_request
@@ -43,47 +44,6 @@ def check_common(b: Fields) -> None:
         raise bad_request(f"n={b.n} is not supported: this server returns one choice (n=1)", param="n")
     if b.time_budget is not None and not b.time_budget > 0:
         raise bad_request(f"time_budget must be a number of seconds > 0, got {b.time_budget}", param="time_budget")
-
-
-def tool_names(tools: list[dict] | None) -> list[str]:
-    names = []
-    for t in tools or []:
-        fn = t.get("function", t) if isinstance(t, dict) else None
-        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-            names.append(fn["name"])
-    return names
-
-
-def resolve_tool_choice(choice, tools: list[dict] | None) -> tuple[list[dict] | None, str | None]:
-    """(the tools to render, the function to force or None). "none" renders
-    no tools; a named function (or "required" with a single tool) is forced
-    by writing the call's header into the prompt; "required" with several
-    tools is only asked for by the tools being there."""
-    if choice is None or choice == "auto":
-        return tools, None
-    if choice == "none":
-        return None, None
-    names = tool_names(tools)
-    if choice == "required":
-        if not tools:
-            raise bad_request("tool_choice 'required' needs tools", param="tool_choice")
-        return tools, names[0] if len(names) == 1 else None
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        fn = choice.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
-        if name not in names:
-            raise bad_request(f"tool_choice names the function {name!r}, which is not among the tools "
-                              f"({', '.join(names) or 'none'})", param="tool_choice")
-        return tools, name
-    raise bad_request("tool_choice must be 'auto', 'none', 'required' or a function "
-                      f"({{'type': 'function', ...}}), got {choice!r}", param="tool_choice")
-
-
-def forced_call_header(tokenizer, name: str) -> list[int]:
-    """The header the model writes before a call's arguments; put in the
-    prompt, the model can only go on with that function's arguments."""
-    return tokenizer.encode(f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
-                            allow_special=True)
 
 
 def finish_reason(stop_reason: str, stopped: bool, tool_calls: bool = False) -> str:

@@ -213,14 +213,12 @@ async def handle(server, body: ResponsesBody, request: Request):
     if body.previous_response_id:
         raise bad_request("previous_response_id is not supported: this server keeps no state; send the "
                           "whole conversation in 'input'", param="previous_response_id")
-    fmt = ((body.text or {}).get("format") or {}).get("type", "text")
-    if fmt != "text":
-        raise bad_request(f"text.format {fmt!r} is not supported (only 'text')", param="text")
     effort = (body.reasoning or {}).get("effort") or "medium"
-    prompt, prefix = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input")
+    prompt, plan = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input", body,
+                                 (body.text or {}).get("format"), "text.format")
     n = max_tokens(body.max_output_tokens, len(prompt), server.model.n_ctx, "max_output_tokens", "input")
-    sub = server.submit(prompt, n, body, "max_output_tokens", "input")
-    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stop_strings(body.stop), prefix))
+    sub = server.submit(prompt, n, body, "max_output_tokens", "input", plan.gate(server.tok))
+    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stop_strings(body.stop), plan.prefix))
     if body.stream:
         return EventStream(resp.stream(), sub.gen)
     await server.run_reply(sub, resp.reply, request)

@@ -26,6 +26,9 @@ class Fields(BaseModel):
     stop: Union[str, list[str], None] = None
     n: Union[int, None] = None
     time_budget: Union[float, None] = None     # goosedump: seconds of generation at most
+    # llama.cpp's: the answer follows a grammar (GBNF or Lark) or a JSON schema
+    grammar: Union[str, None] = None
+    json_schema: Union[dict[str, Any], None] = None
 
 
 class ChatBody(Fields):
@@ -36,6 +39,7 @@ class ChatBody(Fields):
     max_tokens: Union[int, None] = None
     max_completion_tokens: Union[int, None] = None
     response_format: Union[dict[str, Any], None] = None
+    reasoning_budget: Union[int, None] = None  # goosedump: analysis tokens at most (0: none)
     logprobs: Union[bool, None] = None
     top_logprobs: Union[int, None] = None
 
@@ -58,4 +62,5 @@ class ResponsesBody(Fields):
     max_output_tokens: Union[int, None] = None
     previous_response_id: Union[str, None] = None
     text: Union[dict[str, Any], None] = None
+    reasoning_budget: Union[int, None] = None
     metadata: Union[dict[str, Any], None] = None

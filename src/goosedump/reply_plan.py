@@ -1,0 +1,159 @@
+"""What a chat reply may hold, from OpenAI's request fields: the tools to
+render, the reply's forced start (a named tool call's header, written into
+the prompt) and the constraint of goosedump.structured (`response_format`,
+strict tools, `tool_choice` "required", a reasoning budget). Model.chat and
+the server both plan their replies here, so that they agree."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .structured import ConstraintError, Free, Gate, ReplySpec, any_json_object, as_grammar, schema_grammar
+
+
+class PlanError(ConstraintError):
+    """A request field that cannot be honoured; `param` names it."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class ReplyPlan:
+    tools: list[dict] | None          # rendered into the prompt
+    prefix: list[int] = field(default_factory=list)   # the reply's start, appended to the prompt
+    spec: ReplySpec | None = None     # None: the reply is free
+
+    def gate(self, tok) -> Gate | None:
+        return Gate(tok, self.spec, self.prefix) if self.spec is not None else None
+
+
+def _function(t) -> dict | None:
+    fn = t.get("function", t) if isinstance(t, dict) else None
+    return fn if isinstance(fn, dict) and isinstance(fn.get("name"), str) else None
+
+
+def tool_names(tools: list[dict] | None) -> list[str]:
+    return [fn["name"] for fn in map(_function, tools or []) if fn is not None]
+
+
+def forced_call_header(tokenizer, name: str) -> list[int]:
+    """The header the model writes before a call's arguments; put in the
+    prompt, the model can only go on with that function's arguments."""
+    return tokenizer.encode(f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
+                            allow_special=True)
+
+
+def resolve_tool_choice(choice, tools: list[dict] | None) -> tuple[list[dict] | None, str | None, bool]:
+    """(the tools to render, the function to force or None, whether some
+    call is required). "none" renders no tools; a named function (or
+    "required" with a single tool) is forced; "required" with several tools
+    lets the model choose among them but not answer instead."""
+    if choice is None or choice == "auto":
+        return tools, None, False
+    if choice == "none":
+        return None, None, False
+    names = tool_names(tools)
+    if choice == "required":
+        if not names:
+            raise PlanError("tool_choice 'required' needs tools", "tool_choice")
+        return tools, names[0] if len(names) == 1 else None, True
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+        if name not in names:
+            raise PlanError(f"tool_choice names the function {name!r}, which is not among the tools "
+                            f"({', '.join(names) or 'none'})", "tool_choice")
+        return tools, name, True
+    raise PlanError("tool_choice must be 'auto', 'none', 'required' or a function "
+                    f"({{'type': 'function', ...}}), got {choice!r}", "tool_choice")
+
+
+def format_grammar(fmt, param: str = "response_format") -> str | None:
+    """The final answer's grammar for an OpenAI response format: None for
+    text. Takes Chat Completions' {"type": "json_schema", "json_schema":
+    {"name", "schema", "strict"}} and the Responses API's flat {"type":
+    "json_schema", "name", "schema", "strict"}."""
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise PlanError(f"{param} must be an object such as {{\"type\": \"json_schema\", ...}}, got {fmt!r}", param)
+    kind = fmt.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return any_json_object()
+    if kind == "json_schema":
+        spec = fmt.get("json_schema", fmt)
+        where = f"{param}.json_schema" if "json_schema" in fmt else param
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise PlanError(f"{where}.schema is required: the JSON schema the answer must follow", param)
+        try:
+            return schema_grammar(spec["schema"], f"{where}.schema")
+        except ConstraintError as e:
+            raise PlanError(str(e), param) from None
+    raise PlanError(f"{param} type {kind!r} is not supported: expected 'text', 'json_object' or 'json_schema'",
+                    param)
+
+
+def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_format=None,
+               reasoning_budget: int | None = None, grammar: str | None = None, json_schema=None,
+               harmony: bool = True, format_param: str = "response_format") -> ReplyPlan:
+    """The plan of a chat reply. grammar / json_schema (llama.cpp's fields)
+    constrain the final answer as response_format does."""
+    rendered, forced, required = resolve_tool_choice(tool_choice, tools)
+    if not harmony:               # another chat format: no channels to constrain
+        if response_format not in (None, {"type": "text"}) or grammar or json_schema or reasoning_budget:
+            raise PlanError("structured output needs the harmony chat format (a gpt-oss model)", format_param)
+        return ReplyPlan(rendered)
+    if reasoning_budget is not None and (not isinstance(reasoning_budget, int) or reasoning_budget < 0):
+        raise PlanError(f"reasoning_budget must be a whole number of tokens >= 0, got {reasoning_budget!r}",
+                        "reasoning_budget")
+    final = format_grammar(response_format, format_param)
+    given = [k for k, v in ((format_param, final), ("grammar", grammar), ("json_schema", json_schema)) if v]
+    if len(given) > 1:
+        raise PlanError(f"give one of {', '.join(given)}: each constrains the same answer", given[1])
+    if grammar:
+        try:
+            final = as_grammar(grammar)
+        except ConstraintError as e:
+            raise PlanError(str(e), "grammar") from None
+    if json_schema:
+        try:
+            final = schema_grammar(json_schema, "json_schema")
+        except ConstraintError as e:
+            raise PlanError(str(e), "json_schema") from None
+    strict = {}
+    for fn in map(_function, rendered or []):
+        if fn is not None:
+            try:
+                strict[fn["name"]] = (schema_grammar(fn.get("parameters") or {"type": "object"},
+                                                     f"the parameters of tool {fn['name']!r}")
+                                      if fn.get("strict") else None)
+            except ConstraintError as e:
+                raise PlanError(str(e), "tools") from None
+    prefix = forced_call_header(tok, forced) if forced else []
+    constrained = final is not None or required or reasoning_budget is not None or \
+        any(g is not None for g in strict.values())
+    if not constrained:
+        return ReplyPlan(rendered, prefix)
+    tools_allowed = {forced: strict.get(forced)} if forced else strict
+    spec = ReplySpec(final=final, tools=tools_allowed, reasoning_budget=reasoning_budget, allow_final=not required)
+    return ReplyPlan(rendered, prefix, spec)
+
+
+def raw_constraint(tok, grammar: str | None = None, json_schema=None) -> Free | None:
+    """A raw completion's constraint, from its first token: a grammar (GBNF
+    or Lark text, or one goosedump.structured built) or a JSON schema."""
+    if grammar and json_schema:
+        raise PlanError("give grammar or json_schema, not both", "json_schema")
+    try:
+        if grammar:
+            return Free(tok, as_grammar(grammar))
+        if json_schema:
+            return Free(tok, schema_grammar(json_schema, "json_schema"))
+    except PlanError:
+        raise
+    except ConstraintError as e:
+        raise PlanError(str(e), "json_schema" if json_schema else "grammar") from None
+    return None

@@ -1,0 +1,141 @@
+"""Structured output through the server, spoken to by the official openai
+client: response_format, strict tools, tool_choice "required", llama.cpp's
+grammar / json_schema fields, and errors before any token."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import jsonschema
+import openai
+import pytest
+
+from test_server import KEY, MODEL, USER, client, post, server  # noqa: F401 (fixtures)
+
+PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+          "properties": {"name": {"type": "string", "maxLength": 10},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120}}}
+STRICT_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Gets the weather in a city.", "strict": True, "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["city", "unit"],
+        "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}}}}}
+STRICT_TIME = {"type": "function", "function": {
+    "name": "get_time", "strict": True, "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["zone"],
+        "properties": {"zone": {"enum": ["UTC", "CET"]}}}}}
+BUDGET = {"reasoning_budget": 8}
+
+
+def test_response_format_json_schema(client):
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for temperature in (0, 1):
+        r = client.chat.completions.create(model=MODEL, messages=USER, response_format=fmt, max_tokens=150,
+                                           temperature=temperature, seed=5, extra_body=BUDGET)
+        assert r.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(r.choices[0].message.content), PERSON)
+    # streamed alike
+    stream = client.chat.completions.create(model=MODEL, messages=USER, response_format=fmt, max_tokens=150,
+                                            temperature=0, stream=True, extra_body=BUDGET)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == client.chat.completions.create(model=MODEL, messages=USER, response_format=fmt, max_tokens=150,
+                                                  temperature=0, extra_body=BUDGET).choices[0].message.content
+
+
+def test_json_object_mode_and_the_parse_helper(client):
+    r = client.chat.completions.create(model=MODEL, messages=USER, response_format={"type": "json_object"},
+                                       max_tokens=150, temperature=0, extra_body=BUDGET)
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    import pydantic
+
+    class Person(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid")
+        name: str = pydantic.Field(max_length=10)      # bounded: the random model's strings never end
+        age: int = pydantic.Field(ge=0, le=120)
+    parsed = client.beta.chat.completions.parse(model=MODEL, messages=USER, response_format=Person,
+                                                max_tokens=300, temperature=0, extra_body=BUDGET)
+    assert isinstance(parsed.choices[0].message.parsed, Person)
+
+
+def test_strict_tools_round_trip(client):
+    for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+        for temperature in (0, 1):
+            r = client.chat.completions.create(model=MODEL, messages=USER, tools=[STRICT_WEATHER, STRICT_TIME],
+                                               tool_choice=choice, max_tokens=120, temperature=temperature,
+                                               seed=3, extra_body=BUDGET)
+            assert r.choices[0].finish_reason == "tool_calls"
+            (call,) = r.choices[0].message.tool_calls
+            tool = {"get_weather": STRICT_WEATHER, "get_time": STRICT_TIME}[call.function.name]
+            jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+            if isinstance(choice, dict):
+                assert call.function.name == "get_time"
+
+
+def test_responses_text_format_and_strict_tools(client):
+    r = client.responses.create(model=MODEL, input="Who?", max_output_tokens=150, temperature=0,
+                                text={"format": {"type": "json_schema", "name": "person", "schema": PERSON,
+                                                 "strict": True}}, extra_body=BUDGET)
+    assert r.status == "completed"
+    jsonschema.validate(json.loads(r.output_text), PERSON)
+    fn = dict(STRICT_WEATHER["function"], type="function")
+    r = client.responses.create(model=MODEL, input="Weather?", tools=[fn], tool_choice="required",
+                                max_output_tokens=120, temperature=0, extra_body=BUDGET)
+    (call,) = [o for o in r.output if o.type == "function_call"]
+    jsonschema.validate(json.loads(call.arguments), fn["parameters"])
+
+
+def test_llamacpp_grammar_and_json_schema_fields(client):
+    r = client.completions.create(model=MODEL, prompt="Answer:", max_tokens=40, temperature=1, seed=2,
+                                  extra_body={"grammar": 'root ::= "yes" | "no"'})
+    assert r.choices[0].text in ("yes", "no") and r.choices[0].finish_reason == "stop"
+    r = client.completions.create(model=MODEL, prompt="Person:", max_tokens=150, temperature=0,
+                                  extra_body={"json_schema": PERSON})
+    jsonschema.validate(json.loads(r.choices[0].text), PERSON)
+    r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=150, temperature=0,
+                                       extra_body={"json_schema": PERSON, **BUDGET})
+    jsonschema.validate(json.loads(r.choices[0].message.content), PERSON)
+
+
+def test_length_inside_the_answer(client):
+    fmt = {"type": "json_schema", "json_schema": {"name": "many", "schema": {
+        "type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 80}}}
+    r = client.chat.completions.create(model=MODEL, messages=USER, response_format=fmt, max_tokens=20,
+                                       temperature=0, extra_body={"reasoning_budget": 0})
+    assert r.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("path,body,param,needle", [
+    ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+     "response_format", "schema is required"),
+    ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 1}}}}, "response_format", "schema"),
+    ("/v1/chat/completions", {"response_format": {"type": "yaml"}}, "response_format", "yaml"),
+    ("/v1/chat/completions", {"grammar": "root ::= ("}, "grammar", "GBNF"),
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {
+        "name": "f", "strict": True, "parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}}]},
+     "tools", "'f'"),
+    ("/v1/chat/completions", {"reasoning_budget": -1}, "reasoning_budget", "reasoning_budget"),
+    ("/v1/responses", {"text": {"format": {"type": "json_schema", "name": "x", "schema": [1]}}}, "text.format",
+     "JSON object"),
+    ("/v1/completions", {"json_schema": {"type": "nope"}}, "json_schema", "json_schema"),
+])
+def test_bad_schemas_are_400_before_any_token(server, path, body, param, needle):
+    base = {"/v1/completions": {"prompt": "x"}, "/v1/responses": {"input": "x"}}.get(path, {"messages": USER})
+    r = post(server, path, {**base, **body, "max_tokens": 4})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and needle in err["message"], err
+
+
+def test_unconstrained_requests_are_unchanged_beside_a_constrained_one(client):
+    def plain(i):
+        return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"Q{i}"}],
+                                              max_tokens=12, temperature=0).choices[0].message.content
+
+    def constrained():
+        fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}
+        return client.chat.completions.create(model=MODEL, messages=USER, response_format=fmt, max_tokens=150,
+                                              temperature=0, extra_body=BUDGET).choices[0].message.content
+    alone = [plain(i) for i in range(3)]
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(constrained)] + [pool.submit(plain, i) for i in range(3)]
+        results = [f.result() for f in futures]
+    jsonschema.validate(json.loads(results[0]), PERSON)
+    assert results[1:] == alone
