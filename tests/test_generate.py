@@ -114,7 +114,7 @@ def test_cli_run_json_and_prompt_sources(tiny_path, tiny_model, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["-p", "x", "--prompt-ids", "1"], "give exactly one of"),
+    (["-p", "x", "--prompt-ids", "1"], "give one prompt"),
     (["--prompt-ids", "1,a"], "--prompt-ids must be comma-separated integers"),
     (["-p", "x", "--ctx", "8", "-n", "8"], "exceeds the context of 8 tokens"),
     (["--prompt-ids", "300000"], "token id 300000 is outside the vocabulary"),
@@ -179,7 +179,7 @@ def test_profile_parts_add_up(tiny_model):
     split = {phase: p["split"] for phase, p in r.profile["phases"].items()}
     for phase, p in split.items():
         parts = p["seconds"]
-        assert set(parts) == {"attn_proj", "attention", "router", "experts", "output_head", "other"}
+        assert set(parts) == {"attn_proj", "attention", "router", "experts", "output_head", "constraint", "other"}
         assert all(v >= 0 for v in parts.values())
         assert sum(parts.values()) == pytest.approx(p["total_seconds"], rel=1e-9)
         assert parts["attn_proj"] > 0 and parts["experts"] > 0 and parts["output_head"] > 0

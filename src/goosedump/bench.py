@@ -1,8 +1,11 @@
 """`goosedump bench`: prefill and decode speed, llama-bench style: random token
-ids (no special tokens), greedy decode that runs through end-of-generation."""
+ids (no special tokens), greedy decode that runs through end-of-generation;
+comma lists (-p 128,512 -n 32,128 -t 1,2) give one row per combination, with
+llama-bench's columns (model, size, params, backend, threads, test, t/s)."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -11,52 +14,87 @@ import sys
 import numpy as np
 
 from . import _kernels
-from .commands import UsageError, load_model, write_profile
+from .budget import format_bytes
+from .commands import UsageError, check_threads, load_model, write_profile
 from .terminal import print_cache, print_profile
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    if args.prompt_tokens < 1 or args.gen_tokens < 1 or args.reps < 1:
-        raise UsageError("-p, -n and -r must be at least 1")
-    args.ctx = args.prompt_tokens + args.gen_tokens
-    model = load_model(args)
+def int_list(text: str | None, flag: str, minimum: int) -> list[int | None]:
+    if text is None:
+        return [None]
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes integers, comma-separated for several (e.g. 128,512), got {text!r}") from None
+    if not values or any(v < minimum for v in values):
+        raise UsageError(f"{flag} must be at least {minimum}, got {text!r}")
+    return values
+
+
+def measure(model, n_prompt: int, n_gen: int, reps: int, profile: bool, log) -> dict:
     normal = [i for i in range(model.config.n_vocab) if i not in model.tokenizer.special_ids]
     rng = np.random.default_rng(0)
     runs = []
-    profile = args.profile or bool(args.profile_out)
-    for rep in range(args.reps + 1):  # the first is a warm-up, not counted
-        prompt = rng.choice(normal, args.prompt_tokens).tolist()
+    for rep in range(reps + 1):  # the first is a warm-up, not counted
+        prompt = rng.choice(normal, n_prompt).tolist()
         # the routing trace gives Belady's hit rate beside the achieved one
-        r = model.generate(prompt, max_tokens=args.gen_tokens, reuse_cache=False, ignore_eos=True,
-                           profile=profile and rep == args.reps, record_routing=not model.store.in_place)
+        r = model.generate(prompt, max_tokens=n_gen, reuse_cache=False, ignore_eos=True,
+                           profile=profile and rep == reps, record_routing=not model.store.in_place)
         if rep:
             runs.append((r.prefill_tokens_per_s, r.decode_tokens_per_s))
-            if not args.json:
-                print(f"rep {rep}: prefill {runs[-1][0]:.2f} tok/s, decode {runs[-1][1]:.2f} tok/s",
-                      file=sys.stderr)
+            log(f"pp{n_prompt} tg{n_gen} t{_kernels.num_threads()} rep {rep}: prefill {runs[-1][0]:.2f} tok/s, "
+                f"decode {runs[-1][1]:.2f} tok/s")
     pre, dec = [x[0] for x in runs], [x[1] for x in runs]
     sd = (lambda v: statistics.stdev(v) if len(v) > 1 else 0.0)
-    result = {"model": model.path, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
-              "reps": args.reps, "threads": _kernels.num_threads(),
-              "prefill_tokens_per_s": statistics.mean(pre), "prefill_tokens_per_s_std": sd(pre),
-              "decode_tokens_per_s": statistics.mean(dec), "decode_tokens_per_s_std": sd(dec),
-              "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs],
-              "expert_cache": r.expert_cache}   # the last repetition's counters
+    return {"prompt_tokens": n_prompt, "gen_tokens": n_gen, "reps": reps, "threads": _kernels.num_threads(),
+            "prefill_tokens_per_s": statistics.mean(pre), "prefill_tokens_per_s_std": sd(pre),
+            "decode_tokens_per_s": statistics.mean(dec), "decode_tokens_per_s_std": sd(dec),
+            "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs],
+            "expert_cache": r.expert_cache, "profile": r.profile}   # the last repetition's
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    prompts = int_list(args.prompt_tokens, "-p/--prompt-tokens", 1)
+    gens = int_list(args.gen_tokens, "-n/--gen-tokens", 1)
+    threads = int_list(args.threads, "-t/--threads", 0)
+    if args.reps < 1:
+        raise UsageError(f"-r/--reps must be at least 1, got {args.reps}")
+    for t in threads[1:]:
+        check_threads(t)
+    args.ctx = max(prompts) + max(gens)
+    args.threads = threads[0]
+    model = load_model(args)
+    profile = args.profile or bool(args.profile_out)
+    log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
+    results = []
+    for t, p, n in itertools.product(threads, prompts, gens):
+        if t is not None:
+            _kernels.set_num_threads(t)
+        results.append(measure(model, p, n, args.reps, profile, log))
+    last = results[-1]
     if args.profile_out:
-        write_profile(args.profile_out, model, r.profile)
+        write_profile(args.profile_out, model, last["profile"])
+    params = sum(int(np.prod(t.dims)) for t in model.file.tensors.values())
+    size = sum(t.nbytes for t in model.file.tensors.values())
+    backend = f"CPU ({_kernels.active_impl()})"
     if args.json:
-        if args.profile:
-            result["profile"] = r.profile
-        print(json.dumps(result))
+        for r in results:
+            if not args.profile:
+                r.pop("profile")
+        out = {"model": model.path, "size_bytes": size, "params": params, "backend": backend, **results[0],
+               "results": results}
+        print(json.dumps(out))
         return 0
     name = os.path.basename(model.path)
-    print(f"| {'model':24s} | {'threads':>7s} | {'test':>6s} | {'tokens/s':>16s} |")
-    print(f"| {'-' * 24} | {'-' * 7}:| {'-' * 6}:| {'-' * 16}:|")
-    print(f"| {name[:24]:24s} | {result['threads']:7d} | {'pp' + str(args.prompt_tokens):>6s} | "
-          f"{result['prefill_tokens_per_s']:8.2f} ± {result['prefill_tokens_per_s_std']:5.2f} |")
-    print(f"| {name[:24]:24s} | {result['threads']:7d} | {'tg' + str(args.gen_tokens):>6s} | "
-          f"{result['decode_tokens_per_s']:8.2f} ± {result['decode_tokens_per_s_std']:5.2f} |")
-    print_cache(result["expert_cache"], out=sys.stdout)
+    print(f"| {'model':24s} | {'size':>10s} | {'params':>8s} | {'backend':12s} | {'threads':>7s} | {'test':>6s} "
+          f"| {'t/s':>16s} |")
+    print(f"| {'-' * 24} | {'-' * 10}:| {'-' * 8}:| {'-' * 12} | {'-' * 7}:| {'-' * 6}:| {'-' * 16}:|")
+    for r in results:
+        for test, key in ((f"pp{r['prompt_tokens']}", "prefill"), (f"tg{r['gen_tokens']}", "decode")):
+            print(f"| {name[:24]:24s} | {format_bytes(size):>10s} | {params / 1e9:7.2f}B | {backend:12s} | "
+                  f"{r['threads']:7d} | {test:>6s} | {r[key + '_tokens_per_s']:8.2f} ± "
+                  f"{r[key + '_tokens_per_s_std']:5.2f} |")
+    print_cache(last["expert_cache"], out=sys.stdout)
     if args.profile:
-        print_profile(r.profile, out=sys.stdout)
+        print_profile(last["profile"], out=sys.stdout)
     return 0

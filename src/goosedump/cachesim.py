@@ -19,24 +19,38 @@ Trace = list[tuple[int, int, tuple[int, ...]]]   # (token, layer, experts)
 POLICIES = ("lru", "lfu", "lfu-decay", "belady")
 
 
+TRACE_FORM = ("a trace is what `goosedump run MODEL --routing-trace FILE` writes: a first line of metadata (JSON), "
+              "then one JSON line {\"token\": T, \"layer\": L, \"experts\": [...]} per token and layer")
+
+
 def read_trace(path: str) -> tuple[dict, Trace]:
     """(metadata, rows) of a trace file: a first line of metadata (model,
     slot_bytes, ...), then JSON lines {"token": t, "layer": l, "experts": [...]},
     as `goosedump run --routing-trace` writes them."""
     out: Trace = []
     meta: dict = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-                if n == 1 and "token" not in r:
-                    meta = r
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"GGUF":
+        raise ValueError(f"{path} is a GGUF model file, not a routing trace; {TRACE_FORM}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
                     continue
-                out.append((int(r["token"]), int(r["layer"]), tuple(int(e) for e in r["experts"])))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{n}: not a routing trace line ({e}): {line[:80]!r}") from None
+                try:
+                    r = json.loads(line)
+                    if n == 1 and isinstance(r, dict) and "token" not in r:
+                        meta = r
+                        continue
+                    out.append((int(r["token"]), int(r["layer"]), tuple(int(e) for e in r["experts"])))
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"{path}:{n}: not a routing trace line ({e}): {line[:80]!r}; "
+                                     f"{TRACE_FORM}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a routing trace (not text); {TRACE_FORM}") from None
+    if not out:
+        raise ValueError(f"{path} holds no routing requests; {TRACE_FORM}")
     return meta, out
 
 
@@ -47,13 +61,19 @@ def write_trace(path: str, meta: dict, rows: Iterable[tuple[int, int, Sequence[i
             f.write(json.dumps({"token": t, "layer": layer, "experts": [int(e) for e in experts]}) + "\n")
 
 
-def simulate(trace: Trace, slots: int, policy: str) -> dict:
-    """Hits and misses of one policy on the trace with `slots` expert slots."""
+def simulate(trace: Trace, slots: int, policy: str, pinned: bool = True) -> dict:
+    """Hits and misses of one policy on the trace with `slots` expert slots.
+    pinned: a request's experts must all be resident at once (a token's, as
+    the forward pass asks for them); else (the store's own requests: a
+    prompt's layer at a time, streamed through the slots) an expert served
+    may give its slot to the rest of its request."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     need = max((len(set(x)) for _, _, x in trace), default=0)
-    if slots < need:
+    if pinned and slots < need:
         raise ValueError(f"{slots} slots cannot hold the {need} experts one request needs")
+    if slots < 1:
+        raise ValueError(f"an expert cache needs at least one slot, got {slots}")
     # One entry per (layer, expert) asked for, tagged with its request's number.
     entries = [((layer, e), r) for r, (_, layer, experts) in enumerate(trace) for e in dict.fromkeys(experts)]
     positions: defaultdict[tuple[int, int], list[int]] = defaultdict(list)
@@ -89,7 +109,7 @@ def simulate(trace: Trace, slots: int, policy: str) -> dict:
             continue
         misses += 1
         if len(resident) >= slots:
-            candidates = [k for k in resident if k not in current]
+            candidates = [k for k in resident if k not in current] or list(resident)
             if policy == "lru":
                 victim = candidates[0]
             elif policy == "lfu":   # least used; min keeps the oldest among equals
@@ -105,6 +125,6 @@ def simulate(trace: Trace, slots: int, policy: str) -> dict:
             "hit_rate": hits / total if total else 0.0}
 
 
-def belady_hit_rate(trace: Trace, slots: int) -> float:
+def belady_hit_rate(trace: Trace, slots: int, pinned: bool = True) -> float:
     """The best hit rate any eviction policy could reach on trace with slots."""
-    return simulate(trace, slots, "belady")["hit_rate"]
+    return simulate(trace, slots, "belady", pinned)["hit_rate"]

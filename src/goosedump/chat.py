@@ -134,7 +134,17 @@ def to_harmony(messages: Sequence[dict], opts: ChatOptions) -> list[Message]:
     return head + harmony.drop_finished_reasoning(body)
 
 
+# An assistant message may carry the token ids the model wrote (the chat REPL
+# keeps an interrupted answer so): they are rendered as they were.
+TOKENS_KEY = "goosedump_token_ids"
+
+
 def _assistant(m: dict, where: str, call_names: dict[str, str]) -> list[Message]:
+    raw = m.get(TOKENS_KEY)
+    if raw is not None:
+        if not isinstance(raw, list) or not all(isinstance(t, int) for t in raw):
+            raise ChatError(f"{where}.{TOKENS_KEY} must be a list of token ids")
+        return [Message("assistant", "", tokens=tuple(raw))]
     out = []
     reasoning = m.get("reasoning_content", m.get("reasoning"))
     if reasoning:

@@ -1,4 +1,10 @@
-"""goosedump: run GPT-OSS models from their GGUF files on a CPU, in bounded memory."""
+"""goosedump: run GPT-OSS models from their GGUF files on a CPU, in bounded memory.
+
+The parser of every subcommand; commands.py (and bench.py, server/) run them.
+llama.cpp's and ollama's spellings are accepted beside goosedump's own:
+-m/--model, -c/--ctx-size, -t/--threads, -s/--seed (-1: random), -f/--file,
+--n-predict (-1: until the end), --temp, --repeat-penalty, and
+`goosedump run MODEL "prompt"`."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +16,28 @@ from .bench import cmd_bench
 from .budget import ENV_EXPERT_CACHE, SizeError
 from .commands import UsageError
 from .gguf import GGUFError
+
+MODEL_HELP = ("GGUF file (any part of a split set), or a Hugging Face name: REPO, REPO:QUANT (Q4_K_M, F16, ...) or "
+              "REPO:FILE.gguf, fetched into the Hugging Face cache (default: $GOOSEDUMP_MODEL, else "
+              "ggml-org/gpt-oss-20b-GGUF)")
+ENV_API_KEY = "GOOSEDUMP_API_KEY"
+SERVE_SUMMARY = """endpoints (OpenAI's shapes and errors):
+  GET  /v1/models                 the served model
+  POST /v1/chat/completions       messages, tools, tool_choice, reasoning_effort, stream, stream_options,
+                                  max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
+                                  seed, stop, logit_bias, presence/frequency/repetition_penalty
+  POST /v1/completions            prompt (text or token ids), the same sampling fields
+  POST /v1/responses              input, instructions, tools, reasoning.effort, max_output_tokens, stream
+  GET  /health, GET /metrics      liveness; Prometheus counters
+replies carry reasoning_content beside content; usage counts cached prompt tokens. Point the openai
+client at http://HOST:PORT/v1 (api_key: the --api-key, or any string without one)."""
+
+
+def _add_model(p: argparse.ArgumentParser, positional: bool = True) -> None:
+    if positional:
+        p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
+    p.add_argument("-m", "--model", dest="model_opt", metavar="MODEL", default=None,
+                   help="the model, as a flag (llama.cpp's spelling)")
 
 
 def _add_expert_cache(p: argparse.ArgumentParser) -> None:
@@ -29,22 +57,31 @@ def _add_chat_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--date", default=None, metavar="YYYY-MM-DD",
                    help="the conversation's date in the system message (default today)")
     p.add_argument("--hide-reasoning", action="store_true", help="do not show the model's reasoning")
+    p.add_argument("--reasoning-budget", type=int, default=None, metavar="N",
+                   help="end the reasoning after N tokens (0: answer at once; default: no limit)")
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--temperature", type=float, default=1.0,
+    p.add_argument("--temperature", "--temp", type=float, default=1.0,
                    help="sampling temperature; 0 is greedy (default 1.0, as gpt-oss recommends)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0: off)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0: off)")
     p.add_argument("--min-p", type=float, default=0.0,
                    help="drop tokens less likely than min-p times the most likely (default 0: off)")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, help="(default 1.0: off)")
-    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed gives the same output")
+    p.add_argument("--repetition-penalty", "--repeat-penalty", type=float, default=1.0,
+                   help="divide the logits of tokens already seen (prompt and answer) by this, as transformers "
+                        "and llama.cpp do (default 1.0: off)")
+    p.add_argument("-l", "--logit-bias", action="append", default=[], metavar="TOKEN_ID(+|-)BIAS",
+                   help="add BIAS to the token's logit, as llama.cpp spells it: 15043+1, 15043-1.5 (repeatable)")
+    p.add_argument("-s", "--seed", type=int, default=None,
+                   help="random seed: the same seed gives the same output (-1 or none: a random one)")
 
 
-def _add_runtime(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ctx", type=int, default=None, help="context length (default min(4096, the model's))")
-    p.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
+def _add_runtime(p: argparse.ArgumentParser, ctx_default: str = "min(4096, the model's)") -> None:
+    p.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", type=int, default=None,
+                   help=f"context length in tokens (default {ctx_default})")
+    p.add_argument("-t", "--threads", type=int, default=None,
+                   help="kernel threads (default, or 0: one per core)")
     _add_expert_cache(p)
 
 
@@ -56,23 +93,14 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
                    help="write the profile, per token where it varies, as JSON (for goosedump plot)")
 
 
-ENV_API_KEY = "GOOSEDUMP_API_KEY"
-
-
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """goosedump serve's flags (here, so that --help needs no web stack)."""
-    p.add_argument("model", help="GGUF file (or a Hugging Face repo id REPO[:FILE], as for goosedump run)")
+    _add_model(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
                    help=f"require 'Authorization: Bearer KEY' on /v1/ (default: ${ENV_API_KEY}; unset: open)")
-    p.add_argument("--expert-cache", metavar="SIZE", default=None,
-                   help=f"expert cache budget, an integer followed by M or G, 1M..16G "
-                        f"(default: ${ENV_EXPERT_CACHE}, else 2G)")
-    p.add_argument("--page-cache", action="store_true",
-                   help="leave the experts' pages in the OS page cache after reading")
-    p.add_argument("--ctx", type=int, default=None, help="context length (default min(4096, the model's))")
-    p.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
+    _add_runtime(p)
     p.add_argument("--model-name", metavar="NAME", default=None,
                    help="the model's id in the API (default: the file's name without .gguf)")
     p.add_argument("--max-batch", type=int, default=4,
@@ -81,18 +109,95 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="uvicorn's log level (default info)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser and each subcommand's own (for its usage on an unknown flag)."""
     from . import __version__
     p = argparse.ArgumentParser(prog="goosedump", description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--version", action="version", version=f"goosedump {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    subs: dict[str, argparse.ArgumentParser] = {}
 
-    s = sub.add_parser("synth", help="write a synthetic GPT-OSS GGUF (real layout and vocabulary, "
-                                     "random weights)")
+    def add(name: str, help: str, func, **kw) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help, **kw)
+        sp.set_defaults(func=func)
+        subs[name] = sp
+        return sp
+
+    r = add("run", "answer a prompt in the chat format (--raw: plain completion); with no prompt on a "
+                   "terminal, chat", commands.cmd_run)
+    r.add_argument("words", nargs="*", metavar="MODEL [PROMPT ...]",
+                   help=f"the model, then the user's message as words (ollama's spelling). MODEL: {MODEL_HELP}")
+    _add_model(r, positional=False)
+    r.add_argument("-p", "--prompt", help="the user's message (with --raw: text to continue, where special "
+                                          "tokens such as <|start|> are recognised)")
+    r.add_argument("-f", "--file", "--prompt-file", dest="prompt_file", metavar="FILE",
+                   help="read the prompt from a file (- for stdin)")
+    r.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids, run raw (bypasses the "
+                                                       "tokenizer and the chat format)")
+    r.add_argument("--raw", action="store_true", help="plain completion of the prompt, no chat format")
+    r.add_argument("-n", "--max-tokens", "--n-predict", dest="max_tokens", type=int, default=256,
+                   help="tokens to generate at most (default 256; -1: until the end of generation or the context)")
+    r.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop generating after this many seconds")
+    r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    r.add_argument("-j", "--json-schema", metavar="FILE|JSON", default=None,
+                   help="the answer follows this JSON schema (a file, or the schema itself): the final channel's "
+                        "text in the chat format, the whole output with --raw; the reasoning stays free")
+    r.add_argument("--grammar", "--grammar-file", dest="grammar", metavar="FILE", default=None,
+                   help="the answer follows this grammar file (GBNF as llama.cpp writes it, or Lark)")
+    _add_chat_options(r)
+    _add_sampling(r)
+    _add_runtime(r)
+    r.add_argument("--routing-trace", metavar="FILE",
+                   help="write the (token, layer, experts) routing of the run, for goosedump cache-sim")
+    _add_profile(r)
+
+    ch = add("chat", "chat with the model in the terminal", commands.cmd_chat)
+    _add_model(ch)
+    ch.add_argument("-n", "--max-tokens", "--n-predict", dest="max_tokens", type=int, default=2048,
+                    help="tokens per answer at most (default 2048; -1: until the end of generation or the context)")
+    _add_chat_options(ch)
+    _add_sampling(ch)
+    _add_runtime(ch)
+    ch.add_argument("--profile", action="store_true", help="after each answer, report where time, memory "
+                                                          "and routing went")
+
+    sv = add("serve", "serve the model over an OpenAI-compatible HTTP API", commands.cmd_serve,
+             epilog=SERVE_SUMMARY, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_serve_arguments(sv)
+
+    b = add("bench", "prefill and decode tokens/s with their spread (like llama-bench; comma lists give one "
+                     "row per combination)", cmd_bench)
+    _add_model(b)
+    b.add_argument("-p", "--prompt-tokens", "--n-prompt", dest="prompt_tokens", default="512", metavar="N[,N...]",
+                   help="prompt length(s) (default 512)")
+    b.add_argument("-n", "--gen-tokens", "--n-gen", dest="gen_tokens", default="128", metavar="N[,N...]",
+                   help="tokens to decode (default 128)")
+    b.add_argument("-t", "--threads", default=None, metavar="N[,N...]", help="threads (default: one per core)")
+    b.add_argument("-r", "--reps", "--repetitions", dest="reps", type=int, default=3,
+                   help="repetitions after one warm-up (default 3)")
+    _add_expert_cache(b)
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_profile(b)
+
+    i = add("inspect", "describe a model file and the memory a run needs", commands.cmd_inspect)
+    _add_model(i)
+    _add_expert_cache(i)
+    i.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", type=int, default=4096,
+                   help="context length for the estimate (default 4096)")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+
+    pu = add("pull", "download a model by name into the Hugging Face cache, without running it", commands.cmd_pull)
+    _add_model(pu)
+    ls = add("list", "the GGUF models in the Hugging Face cache, with their sizes", commands.cmd_list)
+    ls.add_argument("--json", action="store_true", help="print one JSON object")
+
     from .recipes import DEFAULT_RECIPE, RECIPES
     from .synth import PRESETS
+    s = add("synth", "write a synthetic GPT-OSS GGUF (real layout and vocabulary, random weights)",
+            commands.cmd_synth)
     s.add_argument("--preset", choices=sorted(PRESETS), required=True,
-                   help="tiny (4 layers, 8 experts, a few MB), tiny-120b (120b's 36 layers x 128 experts at tiny "
+                   help="tiny (4 layers, 8 experts, 39 MB), tiny-120b (120b's 36 layers x 128 experts at tiny "
                         "widths), 20b (the real layout: 12.1 GB in the mxfp4 recipe), 120b (about 65 GB)")
     s.add_argument("--out", required=True, help="output file (a split set: its parts are named after it, "
                                                 "NAME-00001-of-0000N.gguf ...)")
@@ -107,95 +212,56 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skewed: router biases make a few experts popular and reused token after token, "
                         "as in trained models (default: uniform)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
-    s.set_defaults(func=commands.cmd_synth)
 
-    i = sub.add_parser("inspect", help="describe a model file and the memory a run needs")
-    i.add_argument("model", help="GGUF file (any part of a split set), or a Hugging Face name as for run")
-    _add_expert_cache(i)
-    i.add_argument("--ctx", type=int, default=4096, help="context length for the estimate (default 4096)")
-    i.add_argument("--json", action="store_true", help="print one JSON object")
-    i.set_defaults(func=commands.cmd_inspect)
-
-    r = sub.add_parser("run", help="answer a prompt (in the chat format; --raw for plain completion)")
-    r.add_argument("model", nargs="?", default=None,
-                   help="GGUF file (any part of a split set), or a Hugging Face name: REPO, REPO:QUANT "
-                        "(Q4_K_M, F16, ...) or REPO:FILE.gguf, fetched into the Hugging Face cache (default: "
-                        "$GOOSEDUMP_MODEL, else ggml-org/gpt-oss-20b-GGUF)")
-    r.add_argument("-p", "--prompt", help="the user's message (with --raw: text to continue, where special "
-                                          "tokens such as <|start|> are recognised)")
-    r.add_argument("--prompt-file", metavar="FILE", help="read the prompt from a file (- for stdin)")
-    r.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids, run raw (bypasses the "
-                                                       "tokenizer and the chat format)")
-    r.add_argument("--raw", action="store_true", help="plain completion of the prompt, no chat format")
-    r.add_argument("-n", "--max-tokens", type=int, default=256, help="tokens to generate at most (default 256)")
-    r.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                   help="stop generating after this many seconds")
-    r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
-    _add_chat_options(r)
-    _add_sampling(r)
-    _add_runtime(r)
-    r.add_argument("--routing-trace", metavar="FILE",
-                   help="write the (token, layer, experts) routing of the run, for goosedump cache-sim")
-    _add_profile(r)
-    r.set_defaults(func=commands.cmd_run)
-
-    ch = sub.add_parser("chat", help="chat with the model in the terminal")
-    ch.add_argument("model", nargs="?", default=None, help="GGUF file or Hugging Face repo id (as for run)")
-    ch.add_argument("-n", "--max-tokens", type=int, default=2048, help="tokens per answer at most (default 2048)")
-    _add_chat_options(ch)
-    _add_sampling(ch)
-    _add_runtime(ch)
-    ch.add_argument("--profile", action="store_true", help="after each answer, report where time, memory "
-                                                          "and routing went")
-    ch.set_defaults(func=commands.cmd_chat)
-
-    b = sub.add_parser("bench", help="prefill and decode tokens/s with their spread (like llama-bench)")
-    b.add_argument("model", nargs="?", default=None, help="GGUF file or Hugging Face repo id (as for run)")
-    b.add_argument("-p", "--prompt-tokens", type=int, default=512, help="prompt length (default 512)")
-    b.add_argument("-n", "--gen-tokens", type=int, default=128, help="tokens to decode (default 128)")
-    b.add_argument("-r", "--reps", type=int, default=3, help="repetitions after one warm-up (default 3)")
-    b.add_argument("--threads", type=int, default=None, help="threads (default: one per core)")
-    _add_expert_cache(b)
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    _add_profile(b)
-    b.set_defaults(func=cmd_bench)
-
-    pl = sub.add_parser("plot", help="draw a profile (from --profile-out) as PNG pictures")
+    pl = add("plot", "draw a profile (from --profile-out) as PNG pictures", commands.cmd_plot)
     pl.add_argument("profile", help="a JSON file written by run/bench --profile-out")
-    pl.add_argument("--out", required=True, metavar="DIR", help="folder for the pictures (created if missing)")
-    pl.set_defaults(func=commands.cmd_plot)
+    pl.add_argument("--out", default=None, metavar="DIR",
+                    help="folder for the pictures (created if missing; default: the profile's own folder)")
 
-    cs = sub.add_parser("cache-sim", help="replay a routing trace against each cache policy and budget")
+    cs = add("cache-sim", "replay a routing trace against each cache policy and budget", commands.cmd_cache_sim)
     cs.add_argument("trace", help="a file written by goosedump run --routing-trace")
     cs.add_argument("--budget", action="append", metavar="SIZE",
-                    help="expert cache budget (repeatable; default 1G, 2G, 4G)")
+                    help="expert cache budget (repeatable; default: 1/8, 1/4 and 1/2 of the trace model's "
+                         "experts)")
     cs.add_argument("--slot-bytes", type=int, default=None, help="bytes per expert slot (default: the trace's)")
-    cs.add_argument("--json", action="store_true")
-    cs.set_defaults(func=commands.cmd_cache_sim)
+    cs.add_argument("--json", action="store_true", help="print one JSON object (the hit rate of each policy "
+                                                        "and budget)")
 
-    sv = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API (see docs/server.md)")
-    add_serve_arguments(sv)
-    sv.set_defaults(func=commands.cmd_serve)
+    d = add("demo", "write a tiny synthetic model into the cache and run it end to end", commands.cmd_demo)
+    d.add_argument("-n", "--max-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    d.add_argument("-t", "--threads", type=int, default=None, help="kernel threads (default: one per core)")
+    return p, subs
 
-    pu = sub.add_parser("pull", help="download a model by name into the Hugging Face cache, without running it")
-    pu.add_argument("model", help="REPO, REPO:QUANT (Q4_K_M, F16, MXFP4, ...) or REPO:FILE.gguf; a split set "
-                                  "downloads all its parts")
-    pu.set_defaults(func=commands.cmd_pull)
 
-    ls = sub.add_parser("list", help="the GGUF models in the Hugging Face cache, with their sizes")
-    ls.add_argument("--json", action="store_true", help="print one JSON object")
-    ls.set_defaults(func=commands.cmd_list)
-
-    d = sub.add_parser("demo", help="write a tiny synthetic model into the cache and run it end to end")
-    d.add_argument("--max-tokens", type=int, default=32)
-    d.add_argument("--threads", type=int, default=None)
-    d.set_defaults(func=commands.cmd_demo)
-    return p
+def unknown_flags(sub: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The flags in argv that the subcommand does not know (before argparse
+    complains of a missing argument instead)."""
+    out = []
+    for a in argv:
+        if a == "--":
+            break
+        if a.startswith("-") and len(a) > 1 and not a.lstrip("-").replace(".", "", 1).isdigit():
+            flag = a.split("=", 1)[0]
+            opts = sub._option_string_actions
+            known = flag in opts or (flag.startswith("--") and any(o.startswith(flag) for o in opts)) or (
+                not flag.startswith("--") and flag[:2] in opts)     # an abbreviation; -n5, -t2
+            if not known:
+                out.append(a)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    parser, subs = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in subs:   # an unknown flag: the subcommand's own usage, not the top level's
+        rest = argv[argv.index(command) + 1:]
+        bad = unknown_flags(subs[command], rest)
+        if bad:
+            subs[command].error(f"unrecognized arguments: {' '.join(bad)}")
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        subs[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except (GGUFError, SizeError, FileNotFoundError, UsageError, ValueError, OSError) as e:

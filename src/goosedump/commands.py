@@ -17,20 +17,100 @@ class UsageError(ValueError):
     pass
 
 
+# Sampling parameters as the flags spell them (their errors name the flag).
+SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p",
+                  "repetition_penalty": "--repetition-penalty", "seed": "--seed"}
+
+
+def model_arg(args: argparse.Namespace) -> str | None:
+    """The model the arguments name: -m/--model, else the positional one."""
+    return getattr(args, "model_opt", None) or getattr(args, "model", None)
+
+
+def check_threads(threads: int | None) -> int | None:
+    if threads is None:
+        return None
+    if threads < 0:
+        raise UsageError(f"-t/--threads must be 0 (one per core) or more, got {threads}")
+    cores = os.cpu_count() or 1
+    if threads > cores:
+        print(f"goosedump: warning: -t/--threads {threads} is more than this machine's {cores} cores: the threads "
+              f"take turns on them, which is slower, not faster", file=sys.stderr)
+    return threads
+
+
 def load_model(args: argparse.Namespace):
-    """The model the arguments name, with the runtime options they give."""
+    """The model the arguments name, with the runtime options they give;
+    errors name the flags."""
     from .hub import resolve_model
     from .model import load
     from .options import Options
-    options = Options.from_env(expert_cache=args.expert_cache, threads=args.threads,
+    threads = check_threads(args.threads)
+    ctx = getattr(args, "ctx", None)
+    if ctx is not None and ctx < 1:
+        raise UsageError(f"-c/--ctx must be at least 1, got {ctx}")
+    options = Options.from_env(expert_cache=args.expert_cache, threads=threads,
                                page_cache=getattr(args, "page_cache", False))
-    return load(resolve_model(args.model), n_ctx=args.ctx, options=options)
+    model = load(resolve_model(model_arg(args)), options=options)
+    if ctx is not None:
+        if ctx > model.config.context_length:
+            raise UsageError(f"-c/--ctx {ctx} is more than the model's context length "
+                             f"{model.config.context_length}")
+        model.n_ctx = ctx
+    return model
+
+
+def max_tokens(args: argparse.Namespace, model, n_prompt: int) -> int:
+    """-n/--max-tokens, checked; -1: as many as the context leaves."""
+    n = args.max_tokens
+    if n == -1:
+        return max(1, model.n_ctx - n_prompt)
+    if n < 1:
+        raise UsageError(f"-n/--max-tokens must be at least 1, or -1 (until the end of generation or the "
+                         f"context), got {n}")
+    return n
 
 
 def sampling_from(args: argparse.Namespace):
-    from .sampling import SamplingParams
-    return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-                          repetition_penalty=args.repetition_penalty, seed=args.seed)
+    from .sampling import SamplingError, SamplingParams
+    seed = args.seed
+    if seed is not None and seed < -1:
+        raise UsageError(f"-s/--seed must be a non-negative integer, or -1 for a random one, got {seed}")
+    bias = {}
+    for text in getattr(args, "logit_bias", None) or []:
+        import re
+        m = re.fullmatch(r"\s*(\d+)\s*([+-]\s*(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*", text)
+        if not m:
+            raise UsageError(f"-l/--logit-bias takes TOKEN_ID+BIAS or TOKEN_ID-BIAS (for example 15043+1 or "
+                             f"15043-1.5), got {text!r}")
+        bias[int(m.group(1))] = float(m.group(2).replace(" ", ""))
+    try:
+        return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                              repetition_penalty=args.repetition_penalty, logit_bias=bias,
+                              seed=None if seed == -1 else seed)
+    except SamplingError as e:      # its message starts with the parameter's name: say the flag's
+        name, _, rest = str(e).partition(" ")
+        raise UsageError(f"{SAMPLING_FLAGS.get(name, name)} {rest}") from None
+
+
+def check_vocab(sampling, model) -> None:
+    """-l/--logit-bias's token ids against the model's vocabulary."""
+    from .sampling import SamplingError
+    try:
+        sampling.check_vocab(model.config.n_vocab)
+    except SamplingError as e:
+        raise UsageError(str(e).replace("logit_bias", "-l/--logit-bias", 1)) from None
+
+
+def check_date(date: str | None) -> str | None:
+    import datetime as dt
+    if date is None:
+        return None
+    try:
+        dt.date.fromisoformat(date)
+    except ValueError:
+        raise UsageError(f"--date must be a real date YYYY-MM-DD, got {date!r}") from None
+    return date
 
 
 def write_profile(path: str, model, profile: dict) -> None:
@@ -44,9 +124,15 @@ def write_profile(path: str, model, profile: dict) -> None:
 # --- run -------------------------------------------------------------------------
 
 def _read_prompt(args: argparse.Namespace):
-    given = [x for x in (args.prompt, args.prompt_file, args.prompt_ids) if x is not None]
-    if len(given) != 1:
-        raise UsageError("give exactly one of -p/--prompt, --prompt-file, --prompt-ids")
+    """The prompt the arguments give (text or token ids), or None for none:
+    -p, -f/--prompt-file, --prompt-ids, words after the model (ollama's
+    `run MODEL "prompt"`), else stdin when it is not a terminal."""
+    words = list(args.words)
+    if args.model_opt is None and words:
+        args.model_opt = words.pop(0)          # the first word is the model
+    given = [x for x in (args.prompt, args.prompt_file, args.prompt_ids, " ".join(words) or None) if x is not None]
+    if len(given) > 1:
+        raise UsageError("give one prompt: -p/--prompt, -f/--prompt-file, --prompt-ids or words after the model")
     if args.prompt_ids is not None:
         try:
             return [int(x) for x in args.prompt_ids.split(",") if x.strip()]
@@ -57,26 +143,76 @@ def _read_prompt(args: argparse.Namespace):
             return sys.stdin.read()
         with open(args.prompt_file, encoding="utf-8") as f:
             return f.read()
-    return args.prompt
+    if given:
+        return given[0]
+    return None if sys.stdin.isatty() else sys.stdin.read()
+
+
+def constraint_args(args: argparse.Namespace) -> dict:
+    """--json-schema (a file or the schema's JSON) and --grammar (a file) as
+    the generation's keyword arguments, checked before the model loads."""
+    from .structured import ConstraintError, as_grammar, schema_grammar
+    kw = {}
+    if args.json_schema is not None and args.grammar is not None:
+        raise UsageError("give -j/--json-schema or --grammar, not both")
+    if args.json_schema is not None:
+        text = args.json_schema
+        if not text.lstrip().startswith("{"):
+            try:
+                with open(text, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                raise UsageError(f"-j/--json-schema {args.json_schema}: not a file ({e.strerror}) nor a JSON "
+                                 f"object") from None
+        try:
+            kw["json_schema"] = json.loads(text)
+            schema_grammar(kw["json_schema"], f"-j/--json-schema {args.json_schema}")
+        except json.JSONDecodeError as e:
+            raise UsageError(f"-j/--json-schema {args.json_schema}: not valid JSON: {e}") from None
+        except ConstraintError as e:
+            raise UsageError(str(e)) from None
+    if args.grammar is not None:
+        try:
+            with open(args.grammar, encoding="utf-8") as f:
+                kw["grammar"] = as_grammar(f.read(), f"--grammar {args.grammar}")
+        except OSError as e:
+            raise UsageError(f"--grammar {args.grammar}: {e.strerror}") from None
+        except ConstraintError as e:
+            raise UsageError(str(e)) from None
+    return kw
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
+    if prompt is None:          # no prompt on a terminal: chat, as ollama does
+        if args.json or args.raw or args.routing_trace or args.profile_out or args.json_schema or args.grammar:
+            raise UsageError("no prompt: give -p TEXT, -f FILE, --prompt-ids or the words after the model")
+        return cmd_chat(args)
     # Token ids are a raw prompt by nature; text is a user message unless --raw.
     chat = not args.raw and not isinstance(prompt, list)
     if not chat and args.system is not None:
         raise UsageError("--system needs the chat format (leave out --raw and --prompt-ids)")
     sampling = sampling_from(args)
+    date = check_date(args.date)
+    constrain = constraint_args(args)
+    if args.reasoning_budget is not None:
+        if args.reasoning_budget < 0:
+            raise UsageError(f"--reasoning-budget must be 0 or more tokens, got {args.reasoning_budget}")
+        if not chat:
+            raise UsageError("--reasoning-budget needs the chat format (leave out --raw and --prompt-ids)")
     model = load_model(args)
+    check_vocab(sampling, model)
     profile = args.profile or bool(args.profile_out)
     trace = bool(args.routing_trace)
     reply = None
     if chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
             [{"role": "user", "content": prompt}]
-        stream = model.chat_stream(messages, args.max_tokens, reasoning_effort=args.reasoning_effort,
-                                   date=args.date, sampling=sampling, time_budget=args.time_budget,
-                                   profile=profile, record_routing=trace)
+        ids = model.render_chat(messages, reasoning_effort=args.reasoning_effort, date=date)
+        stream = model.chat_stream(messages, max_tokens(args, model, len(ids)), reasoning_effort=args.reasoning_effort,
+                                   date=date, sampling=sampling, time_budget=args.time_budget,
+                                   profile=profile, record_routing=trace, reasoning_budget=args.reasoning_budget,
+                                   **constrain)
         print_reply(stream, None if args.json else ReplyPrinter(show_reasoning=not args.hide_reasoning))
         r, reply = stream.result, stream.reply
     else:
@@ -85,8 +221,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             def on_text(piece: str) -> None:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
-        r = model.generate(prompt, max_tokens=args.max_tokens, time_budget=args.time_budget, on_text=on_text,
-                           profile=profile, sampling=sampling, record_routing=trace)
+        n = len(prompt) if isinstance(prompt, list) else len(model.tokenizer.encode(prompt, allow_special=True))
+        r = model.generate(prompt, max_tokens=max_tokens(args, model, n), time_budget=args.time_budget,
+                           on_text=on_text, profile=profile, sampling=sampling, record_routing=trace, **constrain)
+    if not args.json:
+        sys.stdout.write("\n")      # the answer's own line ends before anything else is said
+        sys.stdout.flush()
     if trace:
         from .cachesim import write_trace
         c = model.config
@@ -105,10 +245,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(d, ensure_ascii=False))
     else:
         if args.profile:
-            sys.stdout.write("\n")
             print_profile(r.profile)
             print_cache(r.expert_cache)
-        sys.stdout.write("\n")
         print(f"[{r.prompt_tokens} prompt tokens in {r.prefill_seconds:.2f} s ({r.prefill_tokens_per_s:.1f} tok/s), "
               f"{r.generated_tokens} generated in {r.decode_seconds:.2f} s ({r.decode_tokens_per_s:.1f} tok/s), "
               f"stop: {r.stop_reason}]", file=sys.stderr)
@@ -118,16 +256,32 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from .repl import ChatSession, run_chat
     sampling = sampling_from(args)
+    date = check_date(args.date)
     model = load_model(args)
-    session = ChatSession(model, system=args.system, reasoning_effort=args.reasoning_effort, date=args.date,
+    check_vocab(sampling, model)
+    if args.reasoning_budget is not None and args.reasoning_budget < 0:
+        raise UsageError(f"--reasoning-budget must be 0 or more tokens, got {args.reasoning_budget}")
+    if args.max_tokens < 1 and args.max_tokens != -1:
+        max_tokens(args, model, 0)      # the error
+    session = ChatSession(model, system=args.system, reasoning_effort=args.reasoning_effort, date=date,
                           sampling=sampling, max_tokens=args.max_tokens, show_reasoning=not args.hide_reasoning,
-                          profile=args.profile)
+                          profile=args.profile, reasoning_budget=args.reasoning_budget)
     return run_chat(session)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import socket
+    if args.max_batch < 1:
+        raise UsageError(f"--max-batch must be at least 1, got {args.max_batch}")
+    try:                        # a port in use is said before anything loads
+        with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
+            probe.bind((args.host, args.port))
+    except OSError as e:
+        raise UsageError(f"--port {args.port} on {args.host}: {e.strerror or e} (another server may be "
+                         f"listening there): choose another with --port") from None
+    model = load_model(args)
     from .server import serve   # FastAPI and uvicorn load only for serve
-    return serve(args)
+    return serve(args, model)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -140,7 +294,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"writing a tiny synthetic GPT-OSS model (random weights, real vocabulary) to {path}",
               file=sys.stderr)
         write_model(path, "tiny", seed=0, progress=True)
-    model = load(path, threads=args.threads)
+    model = load(path, threads=check_threads(args.threads))
     c = model.config
     print(f"model: {c.n_layer} layers, {c.n_expert} experts (top {c.n_expert_used}), hidden {c.n_embd}, "
           f"vocabulary {c.n_vocab}", file=sys.stderr)
@@ -151,7 +305,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     stream = model.chat_stream(messages, args.max_tokens)
     print_reply(stream, ReplyPrinter())
     r = stream.result
-    print(file=sys.stderr)
+    sys.stdout.write("\n")                      # the answer ends its line, piped or not
+    sys.stdout.flush()
     print(f"[prefill {r.prefill_tokens_per_s:.0f} tok/s, decode {r.decode_tokens_per_s:.0f} tok/s, "
           f"{r.generated_tokens} tokens, stop: {r.stop_reason}]", file=sys.stderr)
     return 0
@@ -238,7 +393,7 @@ def recipe_of(f) -> str | None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     budget = expert_cache_budget(args.expert_cache)
-    r = inspect_report(args.model, budget, args.ctx)
+    r = inspect_report(model_arg(args), budget, args.ctx)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
@@ -281,11 +436,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_pull(args: argparse.Namespace) -> int:
     from .gguf import GGUFFile
     from .hub import resolve_model
-    path = resolve_model(args.model)
+    path = resolve_model(model_arg(args))
     f = GGUFFile(path)
     for part in f.parts:
         print(part.path)
-    print(f"{args.model}: {len(f.parts)} file{'s' if len(f.parts) > 1 else ''}, "
+    print(f"{model_arg(args)}: {len(f.parts)} file{'s' if len(f.parts) > 1 else ''}, "
           f"{format_bytes(sum(p.size for p in f.parts))}", file=sys.stderr)
     return 0
 
@@ -313,7 +468,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from .plot import main as plot_main
-    for path in plot_main(args.profile, args.out):
+    out = args.out or os.path.dirname(os.path.abspath(args.profile))
+    for path in plot_main(args.profile, out):
         print(path)
     return 0
 
@@ -325,10 +481,13 @@ def cmd_cache_sim(args: argparse.Namespace) -> int:
     slot = args.slot_bytes or meta.get("slot_bytes")
     if not slot:
         raise UsageError(f"{args.trace} names no slot size: pass --slot-bytes")
-    budgets = args.budget or ["1G", "2G", "4G"]
+    if args.budget:
+        budgets = [(b, parse_size(b, "--budget") // slot) for b in args.budget]
+    else:    # 1/8, 1/4 and 1/2 of the trace model's experts (of those seen, without its shape)
+        total = meta.get("n_layer", 0) * meta.get("n_expert", 0) or len({(l, e) for _, l, x in trace for e in x})
+        budgets = [(format_bytes(total // d * slot), total // d) for d in (8, 4, 2)]
     results = []
-    for b in budgets:
-        n = parse_size(b, "--budget") // slot
+    for b, n in budgets:
         row = {"budget": b, "slots": n}
         for p in POLICIES:
             row[p] = simulate(trace, n, p)["hit_rate"] if n >= meta.get("k", 1) else None

@@ -80,7 +80,8 @@ class StoreStats:
     read_seconds: float = 0.0    # summed over reader threads
     stall_seconds: float = 0.0   # time the computation waited for reads
     prefetched: int = 0          # reads started ahead of need
-    prefetch_used: int = 0       # of those, asked for by the layer they were predicted for
+    prefetch_used: int = 0       # of those, asked for before their slot was given to another expert
+    prefetch_wasted: int = 0     # of those, evicted (or failed) without ever being asked for
     predicted: int = 0           # expert predictions made
     predicted_right: int = 0     # predictions that the layer's router then chose
 
@@ -92,6 +93,9 @@ class StoreStats:
         d = dict(self.__dict__)
         n = self.hits + self.misses
         d["hit_rate"] = self.hits / n if n else 0.0
+        # Hits without the prefetch's help: the rate a cache that only reads
+        # on demand would have had, which Belady's oracle bounds from above.
+        d["demand_hit_rate"] = (self.hits - self.prefetch_used) / n if n else 0.0
         d["read_gb_per_s"] = self.bytes_read / self.read_seconds / 1e9 if self.read_seconds else 0.0
         d["prefetch_accuracy"] = self.predicted_right / self.predicted if self.predicted else 0.0
         return d
@@ -159,7 +163,9 @@ class ExpertStore:
         self._score: dict[tuple[int, int], tuple[float, int]] = {}   # key -> (use count, at clock)
         self._free = list(range(self.n_slots))
         self._loading: dict[tuple[int, int], int] = {}     # prefetches in flight: key -> slot
+        self._unasked: set[int] = set()                     # slots a prefetch filled, not yet asked for
         self._predicted: dict[int, set[int]] = {}           # layer -> experts predicted for it
+        self._logs: list[list] = []                         # request logs being kept (start_log)
         # Re-entrant: a read that is already done runs its done-callback at
         # once, in the thread that registers it, which holds this lock.
         self._lock = threading.RLock()
@@ -270,6 +276,9 @@ class ExpertStore:
         del self._index[old.key]
         old.key, old.ready = None, False
         self.stats.evictions += 1
+        if s in self._unasked:
+            self._unasked.discard(s)
+            self.stats.prefetch_wasted += 1
         return s
 
     # -- the interface the forward pass uses ------------------------------------
@@ -297,6 +306,9 @@ class ExpertStore:
                 s = self._index.get((layer, e))
                 if s is not None and self._slots[s].ready:
                     self.stats.hits += 1
+                    if s in self._unasked:             # a prefetch brought it in
+                        self._unasked.discard(s)
+                        self.stats.prefetch_used += 1
                     self._pin(s)
                     ready.append((e, s))
                 elif (layer, e) in self._loading:      # a prefetch is reading it: wait for that read
@@ -308,6 +320,8 @@ class ExpertStore:
                 else:
                     self.stats.misses += 1
                     pending.append(e)
+            for log in self._logs:     # in the order served: hits, prefetches in flight, then reads
+                log.append((layer, tuple([e for e, _ in ready] + [e for e, _ in inflight.values()] + pending)))
         for e, s in ready:
             yield e, self._slot_view(layer, s)
         try:
@@ -361,10 +375,11 @@ class ExpertStore:
                         self._free.append(s)
             raise
 
-    def prefetch(self, layer: int, experts: Sequence[int]) -> None:
+    def prefetch(self, layer: int, experts: Sequence[int], evict: bool = True) -> None:
         """Start reading a later layer's predicted experts into free or
-        least-recently-used unpinned slots, without waiting and without
-        pinning; fetch() picks the reads up if the prediction was right."""
+        least-used unpinned slots (free ones only, without evict), without
+        waiting and without pinning; fetch() picks the reads up if the
+        prediction was right."""
         if self.in_place:
             return
         with self._lock:
@@ -373,6 +388,8 @@ class ExpertStore:
                 key = (layer, e)
                 if key in self._index or key in self._loading:
                     continue
+                if not evict and not self._free:
+                    return
                 s = self._take_slot()
                 if s is None:
                     return
@@ -394,9 +411,11 @@ class ExpertStore:
                 slot.ready = True
                 self._index[key] = s
                 self._lru[s] = None
+                self._unasked.add(s)
             else:
                 slot.key, slot.ready, slot.pins = None, False, 0
                 self._free.append(s)
+                self.stats.prefetch_wasted += 1
 
     def release(self, layer: int, expert: int) -> None:
         if self.in_place:
@@ -421,6 +440,19 @@ class ExpertStore:
         """Bytes of experts the store holds in slots (0 in place)."""
         return 0 if self.in_place else len(self._index) * self.slot_bytes
 
+    def start_log(self) -> list:
+        """A list that gets each fetch's (layer, experts) from now on, in the
+        order the store serves them, until stop_log: the requests the
+        counters count, for Belady's oracle on the very same requests."""
+        log: list = []
+        with self._lock:
+            self._logs.append(log)
+        return log
+
+    def stop_log(self, log: list) -> None:
+        with self._lock:
+            self._logs = [x for x in self._logs if x is not log]
+
     def counters(self) -> StoreStats:
         """A copy of the counters since the store opened (they only grow)."""
         with self._lock if not self.in_place else _NO_LOCK:
@@ -431,6 +463,8 @@ class ExpertStore:
         their rates and the store's shape."""
         now = self.counters()
         d = (now if since is None else now.minus(since)).as_dict()
+        if self.in_place:        # no cache was asked: every expert is read from memory
+            d["hit_rate"] = d["demand_hit_rate"] = 1.0
         d.update(in_place=self.in_place, slots=self.n_slots, slot_bytes=self.slot_bytes, budget=self.budget,
                  direct_io=getattr(self, "direct", False))
         return d

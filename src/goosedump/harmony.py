@@ -47,6 +47,9 @@ class Message:
     recipient: str | None = None
     content_type: str | None = None
     name: str | None = None
+    # The tokens the model wrote after <|start|>assistant, rendered as they
+    # were (an answer cut short: its tokens stay in the KV cache as they are)
+    tokens: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -130,6 +133,8 @@ class Renderer:
 
     def message(self, m: Message) -> list[int]:
         sp, text = self.special, self.text
+        if m.tokens is not None:
+            return [sp[START]] + text(m.role) + list(m.tokens) + [sp[END]]
         if m.role == "tool":
             if not m.name:
                 raise ValueError("a tool message needs the tool's name (such as 'functions.get_weather')")

@@ -152,8 +152,12 @@ def _heatmap(fig, profile: dict) -> None:
     ax = fig.add_subplot()
     counts = np.array(profile["routing_counts"], dtype=np.int64)
     # nearest: one cell per (layer, expert), no smoothing between experts that have nothing in common.
-    im = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
+    # the colour scale starts at zero: an expert never chosen is the darkest cell
+    im = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0)
     fig.colorbar(im, ax=ax, label="selections")
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("expert")
     ax.set_ylabel("layer")
     ax.set_title(f"expert selections: {os.path.basename(profile['model'])} "
@@ -173,7 +177,8 @@ def _timeline(fig, profile: dict) -> None:
     total = col["seconds"].sum()
     share = col["stall_seconds"].sum() / total if total > 0 else 0.0
     ax.set_title(f"decode: {len(x)} tokens, {total:.2f} s, {share:.0%} waiting for expert reads")
-    ax.legend(loc="upper right")
+    # beside the plot, where it covers no bar
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
 def _hit_rate(fig, profile: dict) -> None:
@@ -193,8 +198,8 @@ def _hit_rate(fig, profile: dict) -> None:
         cumulative = np.divide(cum_hits, cum_asked, out=np.full(len(x), np.nan), where=cum_asked > 0)
         ax.plot(x, per_token, color="tab:blue", linewidth=0.8, label="per token")
         ax.plot(x, cumulative, color="tab:orange", linewidth=2, label="cumulative")
-        ax.set_title(f"expert cache: {int(hits.sum())} hits, {int(asked.sum() - hits.sum())} misses, "
-                     f"hit rate {hits.sum() / asked.sum():.1%}")
+        ax.set_title(f"expert cache during decode: {int(hits.sum())} hits, {int(asked.sum() - hits.sum())} "
+                     f"misses, hit rate {hits.sum() / asked.sum():.1%}")
     if len(x):
         ax.legend(loc="lower right")
     ax.set_ylim(0, 1.02)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .chat import ChatError
+from .chat import TOKENS_KEY, ChatError
 from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply
 
 HELP = """commands:
@@ -20,8 +20,10 @@ HELP = """commands:
 
 class ChatSession:
     def __init__(self, model, *, system: str | None, reasoning_effort: str, date: str | None, sampling,
-                 max_tokens: int, show_reasoning: bool, profile: bool = False, out=sys.stdout, err=sys.stderr):
+                 max_tokens: int, show_reasoning: bool, profile: bool = False, out=sys.stdout, err=sys.stderr,
+                 reasoning_budget: int | None = None):
         self.model, self.system, self.effort, self.date = model, system, reasoning_effort, date
+        self.reasoning_budget = reasoning_budget
         self.sampling, self.max_tokens, self.show_reasoning = sampling, max_tokens, show_reasoning
         self.out, self.err, self.profile = out, err, profile
         self.history: list[dict] = []
@@ -32,20 +34,29 @@ class ChatSession:
     def ask(self, text: str) -> None:
         self.history.append({"role": "user", "content": text})
         try:
-            stream = self.model.chat_stream(self.messages(), self.max_tokens, reasoning_effort=self.effort,
-                                            date=self.date, sampling=self.sampling, profile=self.profile)
+            n = self.max_tokens
+            if n == -1:     # until the end of generation or the context
+                ids = self.model.render_chat(self.messages(), reasoning_effort=self.effort, date=self.date)
+                n = max(1, self.model.n_ctx - len(ids))
+            stream = self.model.chat_stream(self.messages(), n, reasoning_effort=self.effort,
+                                            date=self.date, sampling=self.sampling, profile=self.profile,
+                                            reasoning_budget=self.reasoning_budget)
         except (ChatError, ValueError) as e:   # e.g. the conversation outgrew the context
             self.history.pop()
             self.err.write(f"error: {e}\n")
             return
         print_reply(stream, ReplyPrinter(self.out, self.err, self.show_reasoning), interruptible=True)
         r = stream.result
-        self.history.append(stream.reply.to_message())
-        note = " [stopped]" if r.stop_reason == "interrupted" else ""
+        message = stream.reply.to_message()
+        if r.stop_reason == "interrupted":
+            # cut short: the next turn renders the tokens as the model wrote
+            # them, so they stay in the KV cache instead of being re-tokenized
+            message[TOKENS_KEY] = list(r.token_ids)
+        self.history.append(message)
         self.out.write("\n")
         self.err.write(f"{DIM if self.err.isatty() else ''}[{r.generated_tokens} tokens, "
                        f"{r.decode_tokens_per_s:.1f} tok/s, prompt {r.prompt_tokens} "
-                       f"({r.cached_tokens} cached), stop: {r.stop_reason}]{note}"
+                       f"({r.cached_tokens} cached), stop: {r.stop_reason}]"
                        f"{RESET if self.err.isatty() else ''}\n")
         if self.profile:
             print_profile(r.profile, out=self.err)
@@ -78,8 +89,9 @@ class ChatSession:
                 self.err.write("usage: /save FILE\n")
             else:
                 try:
+                    messages = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in self.messages()]
                     with open(arg, "w", encoding="utf-8") as f:
-                        json.dump({"reasoning_effort": self.effort, "messages": self.messages()}, f,
+                        json.dump({"reasoning_effort": self.effort, "messages": messages}, f,
                                   ensure_ascii=False, indent=2)
                     self.err.write(f"saved {len(self.messages())} messages to {arg}\n")
                 except OSError as e:

@@ -100,15 +100,22 @@ def print_profile(profile: dict, out=sys.stderr) -> None:
 
 
 def print_cache(st: dict | None, out=sys.stderr) -> None:
+    """The expert cache's counters over the whole generation (prefill and decode)."""
     if st is None:
         return
     if st["in_place"]:
-        print("experts: used in place from the memory map (the budget covers them all)", file=out)
+        print("experts: in memory, used in place from the map (the budget covers them all: no cache, no reads)",
+              file=out)
         return
-    line = (f"expert cache: {st['slots']} slots of {format_bytes(st['slot_bytes'])}; hits {st['hits']}, "
-            f"misses {st['misses']} (hit rate {100 * st['hit_rate']:.0f}%"
-            + (f", Belady's oracle {100 * st['belady_hit_rate']:.0f}%" if "belady_hit_rate" in st else "")
-            + f"), evictions {st['evictions']}; read {format_bytes(st['bytes_read'])} "
+    demand = st.get("demand_hit_rate", st["hit_rate"])
+    line = (f"expert cache over prefill and decode: {st['slots']} slots of {format_bytes(st['slot_bytes'])}; "
+            f"hits {st['hits']}, misses {st['misses']} (hit rate {100 * st['hit_rate']:.0f}%; on demand "
+            f"{100 * demand:.0f}%" +
+            (f", Belady's oracle on the same requests {100 * st['belady_hit_rate']:.0f}%" if "belady_hit_rate" in st
+             else "") +
+            f"), evictions {st['evictions']}; read {format_bytes(st['bytes_read'])} "
             f"({format_bytes(st['bytes_read_per_token'])}/token) at {st['read_gb_per_s']:.2f} GB/s per reader; "
-            f"stalled {st['stall_seconds']:.2f} s; prefetch accuracy {100 * st['prefetch_accuracy']:.0f}%")
+            f"stalled {st['stall_seconds']:.2f} s; prefetch: {st['prefetched']} read ahead, "
+            f"{st['prefetch_used']} used, {st.get('prefetch_wasted', 0)} wasted (accuracy "
+            f"{100 * st['prefetch_accuracy']:.0f}%)")
     print(line, file=out)

@@ -61,6 +61,8 @@ class Tokenizer:
         self.n_vocab = len(tokens)
         special = np.flatnonzero(np.isin(types, (3, 4)))  # CONTROL, USER_DEFINED
         self.special_ids = frozenset(int(i) for i in special)
+        # UNUSED ids ([PAD200019] and the like): never a valid output
+        self.unused_ids = np.flatnonzero(types == 5).astype(np.int64)
         self._by_text = {tokens[int(i)]: int(i) for i in special[::-1]}  # lowest id wins
 
         def token_id(key: str) -> int | None:
