@@ -226,7 +226,7 @@ void attention(const AttentionArgs& a, Impl impl) {
       to_f32(a.v + (slot * a.KH + kh) * a.dv, vrow.data(), a.dv);
       for (size_t g = 0; g < group; ++g) axpy(scores[g * n + j] * inv[g], vrow.data(), out + g * a.dv, a.dv);
     }
-  });
+  }, a.T * a.KH * std::min(a.pos0 + a.T, a.window ? a.window : a.pos0 + a.T) * (a.d + a.dv) * 2 * group);
 }
 
 }  // namespace gd

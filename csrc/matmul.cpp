@@ -156,7 +156,7 @@ void matmul(Format f, const uint8_t* W, size_t N, size_t K, const float* X, size
   parallel_for(n_tasks, [&](size_t task) {
     const size_t n0 = task * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
     matmul_rows(f, W, n0, n1, K, a, T, Y, ldy, bias, which);
-  });
+  }, row_bytes(f, K) * N * T);
 }
 
 ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl, Acts acts) {
@@ -173,7 +173,7 @@ ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float
     for (size_t n = n0 + 1; n < n1; ++n)
       if (y[n - n0] > b.value) b = {n, y[n - n0]};
     best[task] = b;
-  });
+  }, row_bytes(f, K) * N);
   ArgMax out = best[0];
   for (const auto& b : best)
     if (b.value > out.value) out = b;

@@ -302,6 +302,16 @@ NB_MODULE(_kernels, m) {
   m.def("stream_read", &stream_read, "buf"_a, "Read every byte on all threads (a bandwidth probe).");
   m.def("set_num_threads", &gd::set_num_threads, "n"_a, "Threads for the kernels (0: one per core).");
   m.def("num_threads", &gd::num_threads);
+  m.def("pool_stats", [] {
+    const gd::PoolStats st = gd::pool_stats();
+    nb::dict d;
+    d["parallel"] = st.parallel;
+    d["inline_small"] = st.inline_small;
+    d["inline_contended"] = st.inline_contended;
+    d["contended_events"] = st.contended_events;
+    return d;
+  }, "Regions the thread pool ran in parallel, on the caller (too small; while contended), and the times "
+     "contention turned it to the caller.");
   m.def("scan_string_array", &scan_string_array, "buf"_a, "offset"_a, "count"_a,
         "Offsets and lengths of the strings of a GGUF string array, and the offset after it.");
 

@@ -78,8 +78,10 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
   // Gathered inputs and intermediates per group.
   std::vector<std::vector<float>> x(G), gu(G), act(G), y(G);
   std::vector<size_t> n_tok(G);
+  size_t routed = 0;   // token-expert pairs: the work of each phase scales with them
   for (size_t g = 0; g < G; ++g) {
     n_tok[g] = groups[g].tok.size();
+    routed += n_tok[g];
     x[g].resize(n_tok[g] * D);
     gu[g].resize(2 * n_tok[g] * F);
     act[g].resize(n_tok[g] * F);
@@ -95,7 +97,7 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       std::memcpy(&x[g][i * D], a.h + groups[g].tok[i] * D, D * sizeof(float));
     xs[g] = std::make_unique<ActView>(acts, a.gate_fmt, x[g].data(), D, n_tok[g], D, which);
     if (up_own) xs_up[g] = std::make_unique<ActView>(acts, a.up_fmt, x[g].data(), D, n_tok[g], D, which);
-  });
+  }, routed * D * sizeof(float));
   // Phase 1: gate and up rows of every group: tasks (group, gate|up, row chunk).
   {
     const size_t chunks = (F + kRows - 1) / kRows;
@@ -108,12 +110,12 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       float* Y = gu[g].data() + which_mat * n_tok[g] * F;
       const ActView& xv = which_mat == 1 && up_own ? *xs_up[g] : *xs[g];
       matmul_rows(which_mat == 0 ? a.gate_fmt : a.up_fmt, W, n0, n1, D, xv, n_tok[g], Y, F, bias, which);
-    });
+    }, routed * F * (gate_rb + up_rb));
   }
   parallel_for(G, [&](size_t g) {
     swiglu(gu[g].data(), gu[g].data() + n_tok[g] * F, n_tok[g] * F, a.alpha, a.limit, act[g].data(), which);
     as[g] = std::make_unique<ActView>(acts, a.down_fmt, act[g].data(), F, n_tok[g], F, which);
-  });
+  }, routed * F * 3 * sizeof(float));
   // Phase 2: down rows of every group.
   {
     const size_t chunks = (D + kRows - 1) / kRows;
@@ -122,7 +124,7 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
       const size_t e = groups[g].e;
       matmul_rows(a.down_fmt, a.down + e * D * down_rb, n0, n1, F, *as[g], n_tok[g], y[g].data(), D,
                   a.down_bias + e * D, which);
-    });
+    }, routed * D * down_rb);
   }
   // Weighted sum, per token in ascending expert id: a fixed order, the one the
   // streamed path (goosedump/forward.py) uses too, so both give equal bits.

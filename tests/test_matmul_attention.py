@@ -206,3 +206,29 @@ def test_rope_matches_float64():
     np.testing.assert_allclose(x, ref, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match=r"rope: x is \(4, 3, 16\), cos and sin must be \(4, 8\)"):
         _kernels.rope(x, cos[:, :4].copy(), sin)
+
+
+def test_threads_give_the_bits_of_one_and_small_regions_stay_on_the_caller():
+    rng = np.random.default_rng(7)
+    raw, _ = quantized(rng, 512, 2880, QT.Q8_0)          # 1.5 MiB of weights: worth the second thread
+    x = rng.standard_normal((4, 2880)).astype(np.float32)
+    small_raw, _ = quantized(rng, 256, 64, QT.Q8_0)      # 17 KiB: not
+    small_x = x[:, :64].copy()
+    n = _kernels.num_threads()
+    try:
+        outs = {}
+        for threads in (1, 2):
+            _kernels.set_num_threads(threads)
+            before = _kernels.pool_stats()
+            big, small = np.empty((4, 512), np.float32), np.empty((4, 256), np.float32)
+            _kernels.matmul("q8_0", raw, x, big, None, "auto", "i16")
+            _kernels.matmul("q8_0", small_raw, small_x, small, None, "auto", "i16")
+            after = _kernels.pool_stats()
+            outs[threads] = (big, small)
+            if threads == 2:
+                assert after["parallel"] + after["inline_contended"] > before["parallel"] + \
+                    before["inline_contended"]                   # the big one was a parallel region
+                assert after["inline_small"] == before["inline_small"] + 1   # the small one ran on the caller
+        assert np.array_equal(outs[1][0], outs[2][0]) and np.array_equal(outs[1][1], outs[2][1])
+    finally:
+        _kernels.set_num_threads(n)
