@@ -16,7 +16,7 @@ interpreter of an environment where it is installed): new build / old build.
 
 usage: python benchmarks/vs_llamacpp.py MODEL.gguf [--prompt-tokens 512] [--gen 128] [--threads 2]
            [--reps 3] [--llama-bench ~/.cache/goosedump/llama.cpp/build/bin/llama-bench]
-           [--expert-cache 16G] [--baseline-python PY]
+           [--expert-cache auto] [--baseline-python PY]
 """
 import argparse
 import json
@@ -175,8 +175,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH", DEFAULT_LLAMA_BENCH))
-    ap.add_argument("--expert-cache", default="16G",
-                    help="goosedump's expert cache budget (default 16G: experts in memory, as llama.cpp keeps them)")
+    ap.add_argument("--expert-cache", default="auto",
+                    help="goosedump's expert cache budget (default auto, goosedump's own default: experts in memory "
+                         "where they fit, as llama.cpp keeps them)")
     ap.add_argument("--baseline-python", help="compare against the goosedump build of this interpreter")
     ap.add_argument("--child", choices=["goosedump", "llamacpp"])
     ap.add_argument("--ids")

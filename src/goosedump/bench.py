@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _kernels
 from .budget import format_bytes
-from .commands import UsageError, check_threads, load_model, write_profile
+from .commands import UsageError, check_threads, load_model, say_budget, write_profile
 from .terminal import print_cache, print_profile
 
 
@@ -64,6 +64,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     args.ctx = max(prompts) + max(gens)
     args.threads = threads[0]
     model = load_model(args)
+    say_budget(model)
     profile = args.profile or bool(args.profile_out)
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
     results = []

@@ -41,9 +41,12 @@ def _add_model(p: argparse.ArgumentParser, positional: bool = True) -> None:
 
 
 def _add_expert_cache(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--expert-cache", metavar="SIZE", default=None,
-                   help=f"expert cache budget, an integer followed by M or G, 1M..16G "
-                        f"(default: ${ENV_EXPERT_CACHE}, else 2G)")
+    p.add_argument("--expert-cache", metavar="SIZE|auto", default=None,
+                   help=f"expert cache budget: an integer followed by M or G (1M..1024G), or auto: every expert in "
+                        f"memory where they fit beside the dense weights, KV cache and scratch in the memory "
+                        f"available (the memory cgroup's limit or MemAvailable, less a margin of 768 MiB + 5%%), "
+                        f"else that room as the cache, streaming the rest; printed at start "
+                        f"(default: ${ENV_EXPERT_CACHE}, else auto)")
     p.add_argument("--page-cache", action="store_true",
                    help="leave the experts' pages in the OS page cache after reading (faster while RAM is "
                         "free; the footprint is then bounded by the OS, not the budget)")

@@ -60,15 +60,26 @@ def load_model(args: argparse.Namespace):
     return model
 
 
-def max_tokens(args: argparse.Namespace, model, n_prompt: int) -> int:
-    """-n/--max-tokens, checked; -1: as many as the context leaves."""
+def say_budget(model) -> None:
+    """What the expert cache budget is, decided now at the run's context
+    (auto: from the memory available), said once the arguments are checked."""
+    model.expert_budget
+    if model.budget_note:
+        print(f"goosedump: {model.budget_note}", file=sys.stderr)
+
+
+def check_max_tokens(args: argparse.Namespace) -> None:
+    """-n/--max-tokens, checked before anything loads."""
     n = args.max_tokens
-    if n == -1:
-        return max(1, model.n_ctx - n_prompt)
-    if n < 1:
+    if n < 1 and n != -1:
         raise UsageError(f"-n/--max-tokens must be at least 1, or -1 (until the end of generation or the "
                          f"context), got {n}")
-    return n
+
+
+def max_tokens(args: argparse.Namespace, model, n_prompt: int) -> int:
+    """-n/--max-tokens; -1: as many as the context leaves."""
+    check_max_tokens(args)
+    return max(1, model.n_ctx - n_prompt) if args.max_tokens == -1 else args.max_tokens
 
 
 def sampling_from(args: argparse.Namespace):
@@ -194,6 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--system needs the chat format (leave out --raw and --prompt-ids)")
     sampling = sampling_from(args)
     date = check_date(args.date)
+    check_max_tokens(args)
     constrain = constraint_args(args)
     if args.reasoning_budget is not None:
         if args.reasoning_budget < 0:
@@ -202,6 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError("--reasoning-budget needs the chat format (leave out --raw and --prompt-ids)")
     model = load_model(args)
     check_vocab(sampling, model)
+    say_budget(model)
     profile = args.profile or bool(args.profile_out)
     trace = bool(args.routing_trace)
     reply = None
@@ -257,12 +270,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .repl import ChatSession, run_chat
     sampling = sampling_from(args)
     date = check_date(args.date)
-    model = load_model(args)
-    check_vocab(sampling, model)
+    check_max_tokens(args)
     if args.reasoning_budget is not None and args.reasoning_budget < 0:
         raise UsageError(f"--reasoning-budget must be 0 or more tokens, got {args.reasoning_budget}")
-    if args.max_tokens < 1 and args.max_tokens != -1:
-        max_tokens(args, model, 0)      # the error
+    model = load_model(args)
+    check_vocab(sampling, model)
+    say_budget(model)
     session = ChatSession(model, system=args.system, reasoning_effort=args.reasoning_effort, date=date,
                           sampling=sampling, max_tokens=args.max_tokens, show_reasoning=not args.hide_reasoning,
                           profile=args.profile, reasoning_budget=args.reasoning_budget)
@@ -280,6 +293,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--port {args.port} on {args.host}: {e.strerror or e} (another server may be "
                          f"listening there): choose another with --port") from None
     model = load_model(args)
+    say_budget(model)
     from .server import serve   # FastAPI and uvicorn load only for serve
     return serve(args, model)
 
@@ -331,6 +345,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         raise UsageError(f"--out {args.out}: the folder {folder} does not exist")
+    import shutil
+    from .synth import planned_bytes
+    need, free = planned_bytes(args.preset, args.recipe, args.routing), shutil.disk_usage(folder).free
+    if need + (64 << 20) > free:
+        raise UsageError(f"--out {args.out}: the {args.preset} preset in the {args.recipe} recipe needs about "
+                         f"{format_bytes(need)}, and {folder} has {format_bytes(free)} free")
     size = write_model(args.out, PRESETS[args.preset], seed=args.seed, progress=not args.quiet,
                        routing=args.routing, recipe=args.recipe, split_max_size=split)
     if not args.quiet:
@@ -339,16 +359,21 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def inspect_report(path: str, budget: int, ctx: int) -> dict:
+def inspect_report(path: str, budget: int | str, ctx: int) -> dict:
     from .hub import resolve_model
-    from .layout import estimate_memory
+    from .budget import AUTO
+    from .layout import auto_expert_budget, estimate_memory
     from .model import load
     path = resolve_model(path)
     t0 = time.perf_counter()
     model = load(path)
     open_s = time.perf_counter() - t0
     c, lay = model.config, model.layout
-    mem = estimate_memory(c, lay, budget, ctx)
+    note = None
+    if budget == AUTO:
+        auto = auto_expert_budget(c, lay, ctx, model.options.prefill_tokens)
+        budget, note = auto.budget, auto.note
+    mem = estimate_memory(c, lay, budget, ctx, model.options.prefill_tokens)
     tok = model.tokenizer
     return {
         "path": path,
@@ -368,7 +393,7 @@ def inspect_report(path: str, budget: int, ctx: int) -> dict:
         "expert_bytes": lay.expert_bytes,
         "expert_slot_bytes": lay.expert_slot_bytes,
         "expert_slots_total": lay.n_expert_slots,
-        "memory": {"expert_cache_budget": budget, "ctx": ctx, "dense": mem.dense,
+        "memory": {"expert_cache_budget": budget, "auto": note, "ctx": ctx, "dense": mem.dense,
                    "expert_cache": mem.expert_cache, "expert_slots": mem.expert_slots,
                    "experts_in_place": mem.experts_in_place, "kv_cache": mem.kv_cache,
                    "scratch": mem.scratch, "total": mem.total},
@@ -425,6 +450,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     place = "all experts used in place, no copies" if m["experts_in_place"] else \
         f"{m['expert_slots']} of {r['expert_slots_total']} slots"
     print(f"memory for a run with --expert-cache {fb(m['expert_cache_budget'])} at --ctx {m['ctx']}:")
+    if m["auto"]:
+        print(f"  ({m['auto']})")
     print(f"  dense weights {fb(m['dense'])} + expert cache {fb(m['expert_cache'])} ({place})")
     print(f"  + kv cache {fb(m['kv_cache'])} + scratch {fb(m['scratch'])} = {fb(m['total'])}")
     if not m["experts_in_place"] and m["expert_slots"] < h["n_expert_used"]:

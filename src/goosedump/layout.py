@@ -54,17 +54,35 @@ class MemoryEstimate:
         return self.dense + self.expert_cache + self.kv_cache + self.scratch
 
 
-def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int) -> MemoryEstimate:
+def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int,
+                    prefill_tokens: int = 4096) -> MemoryEstimate:
     """What a run needs: dense weights, the expert cache (whole slots within
     the budget; all experts in place when it covers them), the fp16 KV cache
-    (as KVCache allocates it) and prefill scratch buffers."""
+    (as KVCache allocates it) and prefill scratch buffers (a pass of up to
+    prefill_tokens tokens keeps a few rows of the residual stream per token;
+    attention runs PREFILL_BATCH tokens at a time)."""
     in_place = budget >= layout.n_expert_slots * layout.expert_slot_bytes   # as the store decides
     slots = layout.n_expert_slots if in_place else budget // layout.expert_slot_bytes
-    per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
-    kv = sum(per_pos * kv_positions(c, i, ctx) for i in range(c.n_layer))
-    T = PREFILL_BATCH
-    acts = T * (4 * c.n_embd + c.n_head * (c.head_dim + c.value_dim) + 2 * c.n_ff_expert) * 4
+    kv = kv_bytes(c, ctx)
+    T, P = PREFILL_BATCH, max(1, min(prefill_tokens, ctx))
+    rows = P * 6 * c.n_embd * 4 + P * c.n_expert_used * 8 * 2            # residual, norms, outputs; routing
+    acts = T * (c.n_head * (c.head_dim + c.value_dim) + 2 * c.n_ff_expert) * 4
     scores = T * c.n_head * ctx * 4
     logits = c.n_vocab * 4 * 2
     experts = layout.expert_bytes if in_place else slots * layout.expert_slot_bytes   # in place: mapped
-    return MemoryEstimate(layout.dense_bytes, experts, slots, in_place, kv, acts + scores + logits)
+    return MemoryEstimate(layout.dense_bytes, experts, slots, in_place, kv, rows + acts + scores + logits)
+
+
+def kv_bytes(c: ModelConfig, ctx: int) -> int:
+    per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
+    return sum(per_pos * kv_positions(c, i, ctx) for i in range(c.n_layer))
+
+
+def auto_expert_budget(c: ModelConfig, layout: WeightLayout, ctx: int, prefill_tokens: int = 4096,
+                       available: int | None = None, source: str = ""):
+    """The expert cache budget `--expert-cache auto` takes (goosedump.budget.auto_budget)."""
+    from .budget import auto_budget
+    mem = estimate_memory(c, layout, 0, ctx, prefill_tokens)
+    slot = layout.expert_slot_bytes
+    return auto_budget(layout.n_expert_slots * slot, slot, mem.dense + mem.kv_cache + mem.scratch,
+                       c.n_expert_used * c.n_layer * slot, c.n_expert_used * slot, available, source)

@@ -12,13 +12,14 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import _kernels
+from .budget import AUTO, cliff_warning
 from .config import ModelConfig, check_tensors, read_config
 from .experts import ExpertStore
 from .forward import Transformer
 from .generate import Generation, GenerationResult, Stepper, check_prompt
 from .gguf import GGUFFile
 from .kvcache import KVCache
-from .layout import is_expert_tensor, weight_layout
+from .layout import auto_expert_budget, is_expert_tensor, weight_layout
 from .options import Options
 from .reply import ReplyStream
 from .sampling import SamplingParams
@@ -44,17 +45,32 @@ class Model:
         self.n_ctx = n_ctx or min(DEFAULT_CTX, self.config.context_length)
         if self.options.threads is not None:
             _kernels.set_num_threads(self.options.threads)   # the kernels' pool is one per process
-        self.expert_budget = self.options.expert_cache
+        self._budget: int | None = None if self.options.expert_cache == AUTO else self.options.expert_cache
+        self.budget_note: str | None = None   # what --expert-cache auto decided, and why
         self._store: ExpertStore | None = None
         self._transformer: Transformer | None = None
         self._stepper: Stepper | None = None
         self._cache: KVCache | None = None
 
     @property
+    def expert_budget(self) -> int:
+        """Bytes of expert cache: the option's, or with auto (the default)
+        every expert in memory where they fit beside the rest of the run at
+        this n_ctx, else the memory left (goosedump.budget.auto_budget).
+        Decided once, when first needed."""
+        if self._budget is None:
+            auto = auto_expert_budget(self.config, self.layout, self.n_ctx, self.options.prefill_tokens)
+            self._budget, self.budget_note = auto.budget, auto.note
+        elif self.budget_note is None and self._budget < self.layout.n_expert_slots * self.layout.expert_slot_bytes:
+            c = self.config
+            self.budget_note = cliff_warning(self._budget, c.n_expert_used * c.n_layer * self.layout.expert_slot_bytes)
+        return self._budget
+
+    @property
     def store(self) -> ExpertStore:
         if self._store is None:
             o = self.options
-            self._store = ExpertStore(self.file, self.config, o.expert_cache, page_cache=o.page_cache,
+            self._store = ExpertStore(self.file, self.config, self.expert_budget, page_cache=o.page_cache,
                                       read_threads=o.read_threads)
         return self._store
 

@@ -5,7 +5,7 @@ Nothing else reads the environment for these.
 | setting       | flag             | environment                   | default             |
 |---------------|------------------|-------------------------------|---------------------|
 | threads       | --threads        |                               | one per core        |
-| expert_cache  | --expert-cache   | GOOSEDUMP_EXPERT_CACHE_SIZE   | 2G                  |
+| expert_cache  | --expert-cache   | GOOSEDUMP_EXPERT_CACHE_SIZE   | auto (see budget)   |
 | page_cache    | --page-cache     |                               | off (direct reads)  |
 | activations   |                  | GOOSEDUMP_ACTIVATIONS         | i16                 |
 | read_threads  |                  | GOOSEDUMP_READ_THREADS        | 4                   |
@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .budget import SizeError, expert_cache_budget
+from .budget import AUTO, SizeError, expert_cache_budget
 
 ENV_ACTIVATIONS = "GOOSEDUMP_ACTIVATIONS"
 ENV_READ_THREADS = "GOOSEDUMP_READ_THREADS"
@@ -29,12 +29,17 @@ ACTIVATIONS = ("i16", "f32")
 
 @dataclass(frozen=True)
 class Options:
-    expert_cache: int = 2 << 30   # bytes of expert slots; covering every expert: used in place
+    # bytes of expert slots (covering every expert: used in place), or "auto":
+    # decided from the memory available once the model is known (Model.expert_budget)
+    expert_cache: int | str = AUTO
     threads: int | None = None    # kernel threads; None: leave the pool as it is (one per core), 0: one per core
     page_cache: bool = False      # read experts through the OS page cache and leave them there
     prefetch: bool = True         # read the next layer's likely experts while this one computes
     activations: str = "i16"
     read_threads: int = 4         # expert reads in flight at once
+    # tokens a prompt's pass takes layer by layer (each streamed expert read
+    # once per layer for all of them; ~12 KiB of activations per token)
+    prefill_tokens: int = 4096
 
     def __post_init__(self):
         if self.activations not in ACTIVATIONS:
@@ -43,8 +48,9 @@ class Options:
             raise ValueError(f"threads must be 0 (one per core) or more, got {self.threads!r}")
         if not isinstance(self.read_threads, int) or self.read_threads < 1:
             raise ValueError(f"read_threads must be at least 1, got {self.read_threads!r}")
-        if not isinstance(self.expert_cache, int) or self.expert_cache < 1:
-            raise ValueError(f"expert_cache must be a positive number of bytes, got {self.expert_cache!r}")
+        if self.expert_cache != AUTO and (not isinstance(self.expert_cache, int) or self.expert_cache < 1):
+            raise ValueError(f"expert_cache must be a positive number of bytes or 'auto', got "
+                             f"{self.expert_cache!r}")
 
     @classmethod
     def from_env(cls, *, expert_cache: str | int | None = None, threads: int | None = None,

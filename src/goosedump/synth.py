@@ -219,6 +219,17 @@ def _chunks(t: TensorSpec, seed: int) -> Iterator[np.ndarray]:
         yield randblocks.blocks(t.type, _rng(seed, t.name, part), min(step, n_blocks - start), t.scale)
 
 
+def planned_bytes(preset: Preset | str, recipe: str = DEFAULT_RECIPE, routing: str = "uniform") -> int:
+    """About the bytes write_model writes (the tensors' data; headers add a
+    few MB), for checking the disk before writing."""
+    p = PRESETS[preset] if isinstance(preset, str) else preset
+    kv = metadata(p, None)
+    n_vocab = len(kv[[k for k, *_ in kv].index("tokenizer.ggml.tokens")][2])
+    specs = tensors(p, n_vocab, routing)
+    apply_recipe(specs, recipe)
+    return sum(tensor_nbytes(t.type, t.dims) for t in specs)
+
+
 def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0,
                 progress: bool = False, vocab=None,
                 edit: Callable[[list, list], None] | None = None, routing: str = "uniform",
