@@ -26,6 +26,11 @@ from .weights import Layer, expert_ffn, load_head, load_layers, qmatrix, rms_nor
 
 # (cache, first position, first row, end row) of each sequence in a batch
 Spans = Sequence[tuple[KVCache, int, int, int]]
+# Tokens per call of the experts' kernel when experts are in memory (it holds
+# every group's intermediates, ~45 KiB per token, at once).
+MOE_CHUNK = 512
+# Prefetch may evict cached experts for a batch of at most this many tokens (decode).
+PREFETCH_EVICT_TOKENS = 8
 
 
 def yarn_rope(c: ModelConfig) -> tuple[np.ndarray, float]:
@@ -83,22 +88,34 @@ class Transformer:
     # -- the whole model -------------------------------------------------------
     def forward(self, tokens: np.ndarray, cache: KVCache, probe: Probe = NO_PROBE,
                 last_only: bool = False) -> np.ndarray:
-        """Run tokens (appended at cache.n) through the model in batches of
-        PREFILL_BATCH; the residual stream after the last layer [T, D], or
-        only the last token's [1, D] (a long prompt need not keep them all).
-        Token ids and the context are checked by the caller
-        (goosedump.generate.check_prompt)."""
+        """Run tokens (appended at cache.n) through the model; the residual
+        stream after the last layer [T, D], or only the last token's [1, D] (a
+        long prompt need not keep them all). Layer by layer over up to
+        `options.prefill_tokens` tokens at once (see _pass). Token ids and the
+        context are checked by the caller (goosedump.generate.check_prompt)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         out = []
-        for start in range(0, len(tokens), PREFILL_BATCH):
-            batch = tokens[start:start + PREFILL_BATCH]
-            pos0 = cache.n
-            x = self._layers(batch, np.arange(pos0, pos0 + len(batch)), [(cache, pos0, 0, len(batch))], probe)
-            cache.advance(batch)
+        step = max(1, self.options.prefill_tokens)
+        for start in range(0, len(tokens), step):
+            x = self._pass(tokens[start:start + step], cache, probe)
             out.append(x[-1:] if last_only else x)
         if last_only:
             out = out[-1:]
         return np.concatenate(out) if out else np.empty((0, self.config.n_embd), np.float32)
+
+    def _pass(self, tokens: np.ndarray, cache: KVCache, probe: Probe) -> np.ndarray:
+        """A prompt's tokens through every layer, layer by layer: attention in
+        batches of PREFILL_BATCH (each batch's keys and values enter the cache
+        before the next batch reads them), then the experts over all the
+        tokens at once, so that a streamed expert is read once per layer for
+        the whole prompt, not once per batch. A token's numbers are the same
+        as batch by batch: the kernels are batch-invariant."""
+        T, pos0 = len(tokens), cache.n
+        batches = [(s, min(T, s + PREFILL_BATCH), [(cache, pos0 + s, 0, min(T, s + PREFILL_BATCH) - s)])
+                   for s in range(0, T, PREFILL_BATCH)]
+        x = self._layers(tokens, np.arange(pos0, pos0 + T), batches, [(pos0, 0, T)], probe)
+        cache.advance(tokens)
+        return x
 
     def forward_multi(self, tokens: np.ndarray, caches: list[KVCache], probe: Probe = NO_PROBE) -> np.ndarray:
         """One decode step of several sequences at once, token b continuing
@@ -107,22 +124,32 @@ class Transformer:
         that sequence alone."""
         tokens = np.asarray(tokens, dtype=np.int64)
         positions = np.array([cache.n for cache in caches])
-        x = self._layers(tokens, positions, [(cache, int(p), b, b + 1) for b, (cache, p) in
-                                             enumerate(zip(caches, positions))], probe)
+        seqs = [(cache, int(p), b, b + 1) for b, (cache, p) in enumerate(zip(caches, positions))]
+        x = self._layers(tokens, positions, [(0, len(tokens), seqs)], [(p, b, b + 1) for _, p, b, _ in seqs], probe)
         for cache, t in zip(caches, tokens):
             cache.advance([t])
         return x
 
-    def _layers(self, tokens: np.ndarray, positions: np.ndarray, seqs: Spans, probe: Probe) -> np.ndarray:
+    def _layers(self, tokens: np.ndarray, positions: np.ndarray, batches, spans, probe: Probe) -> np.ndarray:
+        """The layer loop. batches: (first row, end row, seqs) of the
+        attention calls, each after the one before it (seqs' rows relative to
+        the batch); the experts take every row at once; spans: (first
+        position, first row, end row) of each sequence, for the probe."""
         c = self.config
         x = np.empty((len(tokens), c.n_embd), np.float32)
         _kernels.get_rows(self.token_embd.fmt, self.token_embd.raw, tokens, x)  # embeddings
         cos, sin = self.rope_tables(positions)
         for i, L in enumerate(self.layers):
             h = rms_norm(x, L.attn_norm, c.rms_eps)
-            x = x + self.attention(L, i, h, seqs, cos, sin, probe)
+            if len(batches) == 1:
+                a = self.attention(L, i, h, batches[0][2], cos, sin, probe)
+            else:
+                a = np.empty_like(x)
+                for r0, r1, seqs in batches:
+                    a[r0:r1] = self.attention(L, i, h[r0:r1], seqs, cos[r0:r1], sin[r0:r1], probe)
+            x = x + a
             h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
-            x = x + self.moe(L, i, h, seqs, probe)
+            x = x + self.moe(L, i, h, spans, probe)
         return x
 
     # -- pieces ----------------------------------------------------------------
@@ -155,16 +182,20 @@ class Transformer:
         with probe.timer("attn_proj"):
             return L.attn_output(out.reshape(T, c.n_head * c.value_dim))    # [T, D]
 
-    def moe(self, L: Layer, i: int, h: np.ndarray, seqs: Spans, probe: Probe) -> np.ndarray:
+    def moe(self, L: Layer, i: int, h: np.ndarray, spans, probe: Probe) -> np.ndarray:
         c = self.config
         with probe.timer("router"):
             # top-k by logit, then softmax over those k only
             top, w = route(L, h, c.n_expert_used)                               # [T, k], [T, k]
-        probe.on_route(i, top, [(pos0, r0, r1) for _, pos0, r0, r1 in seqs])
+        probe.on_route(i, top, spans)
         with probe.timer("experts"):
             # experts grouped by the tokens routed to them: one matrix pass per expert
             if self.store is None or self.store.in_place:
-                return L.experts(h, top, w)
+                if len(h) <= MOE_CHUNK:
+                    return L.experts(h, top, w)
+                # (in chunks: the kernel holds every group's intermediates at once)
+                return np.concatenate([L.experts(h[s:s + MOE_CHUNK], top[s:s + MOE_CHUNK], w[s:s + MOE_CHUNK])
+                                       for s in range(0, len(h), MOE_CHUNK)])
             return self.streamed_experts(L, i, h, top, w)
 
     def streamed_experts(self, L: Layer, i: int, h: np.ndarray, top: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -181,7 +212,9 @@ class Transformer:
             # early says much more).
             if n == 0 and self.options.prefetch and i + 1 < c.n_layer:
                 guess, _ = route(self.layers[i + 1], h, c.n_expert_used)
-                self.store.prefetch(i + 1, np.unique(guess))
+                # a prompt's next layer wants most experts: read ahead into free
+                # slots only, never evicting what this layer's reads may still need
+                self.store.prefetch(i + 1, np.unique(guess), evict=len(h) <= PREFETCH_EVICT_TOKENS)
             try:
                 tok, slot = np.nonzero(top == e)
                 y = expert_ffn(L.experts.fmts, v.gate[None], v.gate_bias[None], v.up[None], v.up_bias[None],
