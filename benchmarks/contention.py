@@ -22,16 +22,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from goosedump.machine import cpu_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 class Busy:

@@ -9,7 +9,6 @@ usage: python benchmarks/formats.py [--threads 2] [--mb 1200] [--formats q4_k,q5
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
@@ -18,14 +17,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 from goosedump import _kernels, randblocks  # noqa: E402
 from goosedump.gguf import BLOCK_SIZES, GGMLType  # noqa: E402
+from goosedump.machine import cpu_name  # noqa: E402
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
 
 
 def main() -> int:

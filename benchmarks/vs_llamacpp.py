@@ -25,28 +25,12 @@ import statistics
 import subprocess
 import sys
 import time
+from goosedump.machine import cpu_description
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_LLAMA_BENCH = os.path.expanduser("~/.cache/goosedump/llama.cpp/build/bin/llama-bench")
-ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile",
-             "amx_int8", "asimd", "asimddp", "sve")
 
 
-def cpu_description() -> str:
-    """The CPU model and the instruction sets that matter here, from /proc/cpuinfo."""
-    name, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "Model") and name == "unknown CPU":
-                    name = value.strip()
-                elif key in ("flags", "Features") and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return f"{name} ({os.cpu_count()} cores; {' '.join(f for f in ISA_FLAGS if f in flags) or 'no SIMD flags'})"
 
 
 def prompt_ids(model_path: str, n: int) -> list[int]:

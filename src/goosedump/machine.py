@@ -1,0 +1,36 @@
+"""What the machine is, for every figure a benchmark prints: the CPU model,
+its cores and the instruction sets the kernels care about, from
+/proc/cpuinfo (x86's `model name`/`flags`, ARM's `Model`/`Features`)."""
+from __future__ import annotations
+
+import os
+import platform
+
+ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile",
+             "amx_int8", "asimd", "asimddp", "sve")
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    name, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "Model") and not name:
+                    name = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return name or platform.processor() or "unknown CPU", flags
+
+
+def cpu_name() -> str:
+    return _cpuinfo()[0]
+
+
+def cpu_description() -> str:
+    """'MODEL (N cores; flag flag ...)'."""
+    name, flags = _cpuinfo()
+    return f"{name} ({os.cpu_count()} cores; {' '.join(f for f in ISA_FLAGS if f in flags) or 'no SIMD flags'})"
