@@ -117,6 +117,32 @@ def test_a_new_turn_reuses_an_idle_cache(model):
         engine.close()
 
 
+def test_interleaved_conversations_keep_their_caches(model):
+    """Two conversations sharing a system prompt, their turns interleaved: the
+    second's first turn gets a cache of its own instead of overwriting the
+    first's (which it would share only the system prompt with), so each next
+    turn finds its whole previous prompt cached, and the answers stay equal
+    to cold ones."""
+    engine = Engine(model, max_batch=2)
+    system = model.tokenizer.encode("You are a helpful assistant who answers briefly.")
+    try:
+        a = system + model.tokenizer.encode(" Tell me about Oslo.")
+        ra = engine.submit(a, 4).wait()
+        b = system + model.tokenizer.encode(" Tell me about Lima.")
+        rb = engine.submit(b, 4).wait()
+        a2 = a + ra.token_ids + model.tokenizer.encode(" More?")
+        b2 = b + rb.token_ids + model.tokenizer.encode(" More?")
+        ra2, rb2 = engine.submit(a2, 4).wait(), engine.submit(b2, 4).wait()
+        assert ra2.cached_tokens >= len(a) and rb2.cached_tokens >= len(b)
+        assert ra2.token_ids == alone(model, a2, 4) and rb2.token_ids == alone(model, b2, 4)
+        # a third conversation with no room left takes the older cache (a's), not b's
+        engine.submit(system + model.tokenizer.encode(" Tell me about Rome."), 4).wait()
+        b3 = b2 + rb2.token_ids + model.tokenizer.encode(" Again?")
+        assert engine.submit(b3, 4).wait().cached_tokens >= len(b2)
+    finally:
+        engine.close()
+
+
 def test_a_batched_generation_is_profiled_like_a_lone_one(model):
     """The server's engine profiles through the same probe as the CLI: a
     request's profile splits its steps' time into parts that add up, while

@@ -70,3 +70,16 @@ def test_serve_help_needs_no_web_stack():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "--api-key" in out.stdout and out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_plain_server_imports_no_ray(tiny_path):
+    """Ray is the optional extra of `serve --replicas`: the single-process
+    server builds its app, answers a request and never loads it."""
+    code = ("import sys\nfrom fastapi.testclient import TestClient\nfrom goosedump import commands, cli\n"
+            "from goosedump.model import load\nfrom goosedump.server.app import create_app\n"
+            f"app = create_app(load({tiny_path!r}, n_ctx=256), model_name='m')\n"
+            "with TestClient(app) as c:\n    assert c.get('/v1/models').status_code == 200\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

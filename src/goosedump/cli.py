@@ -23,14 +23,18 @@ MODEL_HELP = ("GGUF file (any part of a split set), or a Hugging Face name: REPO
 ENV_API_KEY = "GOOSEDUMP_API_KEY"
 SERVE_SUMMARY = """endpoints (OpenAI's shapes and errors):
   GET  /v1/models                 the served model
-  POST /v1/chat/completions       messages, tools, tool_choice, reasoning_effort, stream, stream_options,
-                                  max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
-                                  seed, stop, logit_bias, presence/frequency/repetition_penalty
-  POST /v1/completions            prompt (text or token ids), the same sampling fields
-  POST /v1/responses              input, instructions, tools, reasoning.effort, max_output_tokens, stream
-  GET  /health, GET /metrics      liveness; Prometheus counters
-replies carry reasoning_content beside content; usage counts cached prompt tokens. Point the openai
-client at http://HOST:PORT/v1 (api_key: the --api-key, or any string without one)."""
+  POST /v1/chat/completions       messages, tools (strict: true constrains the arguments), tool_choice,
+                                  response_format (json_schema, json_object), reasoning_effort, stream,
+                                  stream_options, max_tokens / max_completion_tokens, temperature, top_p,
+                                  top_k, min_p, seed, stop, logit_bias, presence/frequency/repetition_penalty;
+                                  llama.cpp's grammar and json_schema; reasoning_budget
+  POST /v1/completions            prompt (text or token ids), the same sampling fields, grammar, json_schema
+  POST /v1/responses              input, instructions, tools, text.format, reasoning.effort,
+                                  max_output_tokens, stream
+  GET  /health, GET /metrics      liveness; Prometheus counters (per replica)
+replies carry reasoning_content beside content; usage counts cached prompt tokens; every response names
+its replica in X-Goosedump-Replica. Point the openai client at http://HOST:PORT/v1 (api_key: the
+--api-key, or any string without one)."""
 
 
 def _add_model(p: argparse.ArgumentParser, positional: bool = True) -> None:
@@ -110,6 +114,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="requests the engine decodes together, where it can (default 4)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info)")
+    r = p.add_argument_group("replicas (Ray Serve; pip install 'goosedump[ray]')")
+    r.add_argument("--replicas", metavar="N|auto", default=None,
+                   help="serve N replicas of the engine behind this endpoint on Ray Serve (each with its own "
+                        "--threads, --expert-cache and --max-batch), or auto: as many as the load needs between "
+                        "--min-replicas and --max-replicas; requests with an X-Session-Id header stay on one "
+                        "replica (its KV cache); default: one process, no Ray")
+    r.add_argument("--min-replicas", type=int, default=1, help="with --replicas auto: the fewest (default 1)")
+    r.add_argument("--max-replicas", type=int, default=2, help="with --replicas auto: the most (default 2)")
+    r.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="join this Ray cluster (e.g. ray://head:10001 or auto) instead of starting a local one")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:

@@ -292,8 +292,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         raise UsageError(f"--port {args.port} on {args.host}: {e.strerror or e} (another server may be "
                          f"listening there): choose another with --port") from None
+    replicas = getattr(args, "replicas", None)
+    if replicas is not None:
+        from .server.replicas import ReplicaError, import_ray, parse_replicas
+        try:
+            parse_replicas(args)        # checked before anything loads
+            import_ray()
+        except ReplicaError as e:
+            raise UsageError(str(e)) from None
     model = load_model(args)
     say_budget(model)
+    if replicas is not None:
+        from .server.replicas import ReplicaError, serve_replicas
+        try:
+            return serve_replicas(args, model)
+        except ReplicaError as e:
+            raise UsageError(str(e)) from None
     from .server import serve   # FastAPI and uvicorn load only for serve
     return serve(args, model)
 

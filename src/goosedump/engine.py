@@ -41,6 +41,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._idle: list[KVCache] = []   # caches of finished generations, kept for prefix reuse
+        self._prompt_len: dict[int, int] = {}   # id(idle cache) -> the prompt it last held
         self.active = 0                   # generations being run now
         self.completed = 0
         self.prompt_tokens = 0
@@ -48,6 +49,11 @@ class Engine:
         self.busy_seconds = 0.0           # from each generation's start to its end, summed
         self.steps = 0                    # batched decode steps
         self.batched_tokens = 0           # tokens those steps decoded
+
+    @property
+    def alive(self) -> bool:
+        """Its worker is running (or not started yet): what a health check asks."""
+        return not self._closed and (self._thread is None or self._thread.is_alive())
 
     @property
     def queue_length(self) -> int:
@@ -109,10 +115,18 @@ class Engine:
             return None
 
     def _cache_for(self, prompt: list[int]) -> KVCache:
-        """The idle cache sharing the longest prefix with prompt, else a new one."""
+        """The idle cache sharing the longest prefix with prompt (the oldest
+        of equals), else a new one. Reusing a cache discards its tokens past
+        the shared prefix, so while there are fewer than max_batch caches
+        only a prompt that continues a cache's last prompt takes it (the next
+        turn of its conversation); one that shares less (a system prompt,
+        say) gets a new cache instead of erasing another conversation."""
         if self._idle:
-            best = max(range(len(self._idle)), key=lambda j: self._idle[j].shared_prefix(prompt))
-            return self._idle.pop(best)
+            shared = [c.shared_prefix(prompt) for c in self._idle]
+            best = max(range(len(shared)), key=lambda j: (shared[j], -j))
+            room = self.active + len(self._idle) <= self.max_batch     # self.active counts this one
+            if not room or shared[best] >= self._prompt_len.get(id(self._idle[best]), 0):
+                return self._idle.pop(best)
         return self.model.new_cache()
 
     def _ended(self, gen: Generation) -> None:
@@ -128,6 +142,9 @@ class Engine:
             if gen.error is not None:
                 gen.cache.reset()
             self._idle.append(gen.cache)
+            self._prompt_len[id(gen.cache)] = 0 if gen.error is not None else len(gen.prompt)
+        for dropped in self._idle[:-self.max_batch]:
+            self._prompt_len.pop(id(dropped), None)
         del self._idle[:-self.max_batch]      # keep as many idle caches as can be active
 
     def close(self) -> None:

@@ -102,10 +102,14 @@ class Server:
         self.engine.close()
 
 
-def create_app(model, *, model_name: str, api_key: str | None = None, max_batch: int | None = None) -> FastAPI:
+def create_app(model, *, model_name: str, api_key: str | None = None, max_batch: int | None = None,
+               replica: str | None = None) -> FastAPI:
     """The FastAPI application serving `model` under the id `model_name`;
-    with api_key, /v1/ wants 'Authorization: Bearer <api_key>'."""
+    with api_key, /v1/ wants 'Authorization: Bearer <api_key>'. Every
+    response carries X-Goosedump-Replica: `replica` (default: this host and
+    process), the same app whether alone or one of Ray Serve's replicas."""
     server = Server(model, model_name, max_batch)
+    replica = replica or f"{os.uname().nodename}:{os.getpid()}"
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -114,7 +118,7 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 
     app = FastAPI(title="goosedump", version=__version__, lifespan=lifespan)
     app.state.server = server
-    app.add_middleware(Middleware, metrics=server.metrics, api_key=api_key)
+    app.add_middleware(Middleware, metrics=server.metrics, api_key=api_key, replica=replica)
 
     @app.exception_handler(APIError)
     async def api_error(request, exc: APIError):

@@ -78,10 +78,12 @@ class Metrics:
 
 class Middleware:
     """Plain ASGI (it leaves streaming alone): the API key on /v1/, then
-    counts every request by endpoint and status."""
+    counts every request by endpoint and status, and names the replica."""
 
-    def __init__(self, app, metrics: Metrics, api_key: str | None):
+    def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
         self.app, self.metrics, self.api_key = app, metrics, api_key
+        # every response names the replica that made it (X-Goosedump-Replica)
+        self.replica_header = (b"x-goosedump-replica", replica.encode("latin-1", "replace")) if replica else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -94,6 +96,8 @@ class Middleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if self.replica_header is not None:
+                    message = {**message, "headers": [*message.get("headers", []), self.replica_header]}
             await send(message)
 
         try:

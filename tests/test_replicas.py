@@ -1,0 +1,233 @@
+"""goosedump serve --replicas: Ray Serve replicas of the tiny model behind
+one endpoint, on a local Ray cluster, through the official openai client:
+the same routes and errors, the replica named on every response, session
+affinity, a killed replica's requests failing cleanly while the others go
+on and Ray restarting it, and autoscaling."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import openai
+import pytest
+
+try:
+    import httpx
+except ImportError:                 # the openai client's fork of it
+    import httpx2 as httpx
+
+import ray  # noqa: F401  (the optional dependency these tests are about: installed by the test extra)
+
+KEY = "replica-key"
+HEADER = "x-goosedump-replica"
+USER = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    """`goosedump serve ... --replicas ...` in its own process group."""
+
+    def __init__(self, tiny_path, log, *extra):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "GOOSEDUMP_API_KEY": KEY, "RAY_USAGE_STATS_ENABLED": "0"}
+        self.log = log
+        self._client = None
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "goosedump", "serve", tiny_path, "--port", str(self.port),
+                                          "--threads", "1", "--ctx", "512", "--model-name", "tiny", *extra],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def wait_ready(self, replicas: int, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"serve exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
+            try:
+                if len(self.replicas(12)) >= replicas:
+                    return
+            except (httpx.TransportError, httpx.HTTPStatusError):
+                pass
+            time.sleep(1)
+        pytest.fail(f"{replicas} replicas did not answer in {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    def replicas(self, n: int) -> set[str]:
+        seen = set()
+        for _ in range(n):
+            r = httpx.get(self.base + "/health", timeout=10)
+            r.raise_for_status()
+            seen.add(r.headers[HEADER])
+        return seen
+
+    def client(self) -> openai.OpenAI:
+        # one client, closed in stop(): a dropped one leaves its sockets to the GC
+        if self._client is None:
+            self._client = openai.OpenAI(base_url=self.base + "/v1", api_key=KEY, max_retries=0, timeout=120)
+        return self._client
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        subprocess.run(["ray", "stop", "--force"], capture_output=True,
+                       env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
+
+
+@pytest.fixture(scope="module")
+def two(tiny_path, tmp_path_factory):
+    s = Served(tiny_path, tmp_path_factory.mktemp("replicas") / "serve.log", "--replicas", "2")
+    try:
+        s.wait_ready(2)
+        yield s
+    finally:
+        s.stop()
+
+
+def pid_of(replica: str) -> int:
+    return int(replica.rsplit(":", 1)[1])
+
+
+def test_the_same_routes_errors_and_streams(two):
+    c = two.client()
+    r = c.chat.completions.with_raw_response.create(model="tiny", messages=USER, max_tokens=6, temperature=0)
+    assert r.headers[HEADER]
+    done = r.parse()
+    assert done.choices[0].finish_reason == "length" and done.usage.completion_tokens == 6
+    with c.chat.completions.create(model="tiny", messages=USER, max_tokens=6, temperature=0, stream=True) as stream:
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    assert streamed == done.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="tiny", messages=USER, max_tokens=0)
+    assert e.value.param == "max_tokens"
+    with openai.OpenAI(base_url=two.base + "/v1", api_key="wrong", max_retries=0) as wrong, \
+            pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+    assert [m.id for m in c.models.list().data] == ["tiny"]
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"enum": ["a", "b"]}}}
+    r = c.chat.completions.create(model="tiny", messages=USER, max_tokens=60, temperature=0, response_format=fmt,
+                                  extra_body={"reasoning_budget": 0})
+    assert json.loads(r.choices[0].message.content) in ("a", "b")
+    metrics = httpx.get(two.base + "/metrics", timeout=10)
+    assert metrics.status_code == 200 and "goosedump_requests_total" in metrics.text and metrics.headers[HEADER]
+
+
+def test_requests_spread_and_sessions_stick(two):
+    assert len(two.replicas(16)) == 2
+    c = two.client()
+    for session in ("conversation-a", "conversation-b", "conversation-c"):
+        messages, seen, cached = list(USER), set(), []
+        for turn in range(3):
+            r = c.chat.completions.with_raw_response.create(model="tiny", messages=messages, max_tokens=4,
+                                                            temperature=0,
+                                                            extra_headers={"X-Session-Id": session})
+            seen.add(r.headers[HEADER])
+            done = r.parse()
+            cached.append(done.usage.prompt_tokens_details.cached_tokens)
+            messages += [{"role": "assistant", "content": done.choices[0].message.content},
+                         {"role": "user", "content": f"And turn {turn}?"}]
+        assert len(seen) == 1, seen                       # every turn on one replica
+        assert all(n > 0 for n in cached[1:]), cached     # which held the conversation's cache
+
+
+def test_a_killed_replica_loses_only_its_requests_and_comes_back(two):
+    c = two.client()
+    by_replica = {}
+    for i in range(40):                                   # a session on each replica
+        s = f"s{i}"
+        rep = c.chat.completions.with_raw_response.create(model="tiny", messages=USER, max_tokens=1,
+                                                          extra_headers={"X-Session-Id": s}).headers[HEADER]
+        by_replica.setdefault(rep, s)
+        if len(by_replica) == 2:
+            break
+    (victim, victim_session), (other, other_session) = by_replica.items()
+    failed, streamed = [], []
+
+    def long_request():
+        try:
+            with c.chat.completions.create(model="tiny", messages=USER, max_tokens=400, temperature=1, stream=True,
+                                           extra_headers={"X-Session-Id": victim_session}) as stream:
+                for ch in stream:
+                    streamed.append(ch)
+        except (openai.APIError, httpx.HTTPError) as e:
+            failed.append(e)
+    t = threading.Thread(target=long_request)
+    t.start()
+    deadline = time.monotonic() + 60
+    while len(streamed) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(pid_of(victim), signal.SIGKILL)
+    t.join(120)
+    # the request on the killed replica ended with an error, not a hang nor a made-up completion
+    assert failed or not streamed[-1].choices or streamed[-1].choices[0].finish_reason is None
+    # the other replica kept serving all along
+    for _ in range(3):
+        r = c.chat.completions.with_raw_response.create(model="tiny", messages=USER, max_tokens=2,
+                                                        extra_headers={"X-Session-Id": other_session})
+        assert r.http_response.status_code == 200
+    # Ray restarts the killed one
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            reps = two.replicas(16)
+            if len(reps) == 2 and victim not in reps:
+                break
+        except (httpx.TransportError, httpx.HTTPStatusError):
+            pass
+        time.sleep(2)
+    else:
+        pytest.fail(f"the killed replica did not come back:\n{two.log.read_text()[-3000:]}")
+
+
+def test_bad_replica_flags_are_refused(tiny_path):
+    out = subprocess.run([sys.executable, "-m", "goosedump", "serve", tiny_path, "--replicas", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--replicas must be at least 1" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([sys.executable, "-m", "goosedump", "serve", tiny_path, "--replicas", "3", "--threads", "2",
+                          "--port", str(free_port())], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "need 6 CPUs" in out.stderr, out.stderr[-2000:]
+
+
+def test_autoscaling_adds_a_replica_under_load(tiny_path, tmp_path):
+    s = Served(tiny_path, tmp_path / "serve.log", "--replicas", "auto", "--min-replicas", "1", "--max-replicas", "2",
+               "--max-batch", "1")
+    try:
+        s.wait_ready(1)
+        c = s.client()
+        seen: set[str] = set()
+        stop = threading.Event()
+
+        def load():
+            while not stop.is_set():
+                try:
+                    r = c.chat.completions.with_raw_response.create(model="tiny", messages=USER, max_tokens=64,
+                                                                    temperature=1)
+                    seen.add(r.headers[HEADER])
+                except openai.APIError:
+                    pass
+        threads = [threading.Thread(target=load) for _ in range(6)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 180
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(1)
+        stop.set()
+        for t in threads:
+            t.join(120)
+        assert len(seen) == 2, f"no second replica under load:\n{s.log.read_text()[-3000:]}"
+    finally:
+        s.stop()
