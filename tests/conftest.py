@@ -4,6 +4,10 @@ import pytest
 
 from goosedump import synth
 
+# The CLI keeps a prompt cache in the user's cache folder by default: the tests
+# that are about it name their own folder, the others run without one.
+os.environ.setdefault("GOOSEDUMP_PROMPT_CACHE", "off")
+
 
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory) -> str:

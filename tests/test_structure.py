@@ -83,3 +83,9 @@ def test_the_plain_server_imports_no_ray(tiny_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_version_is_the_packages():
+    import tomllib
+    with open(os.path.join(PACKAGE, "..", "..", "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["project"]["version"] == goosedump.__version__

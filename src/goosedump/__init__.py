@@ -1,5 +1,4 @@
 """goosedump: GPT-OSS from GGUF files on a CPU, in bounded memory."""
 from .model import Model, load
-
-__version__ = "0.1.0"
+from .version import __version__
 __all__ = ["Model", "load", "__version__"]

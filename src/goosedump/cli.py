@@ -90,6 +90,16 @@ def _add_runtime(p: argparse.ArgumentParser, ctx_default: str = "min(4096, the m
     p.add_argument("-t", "--threads", type=int, default=None,
                    help="kernel threads (default, or 0: one per core)")
     _add_expert_cache(p)
+    p.add_argument("--prompt-cache", metavar="DIR", default=None,
+                   help="keep the KV state of prompts on disk in DIR, so that a prompt seen before (the same "
+                        "system prompt and tools, a conversation set aside) prefills only what is new; off: "
+                        "don't (default: $GOOSEDUMP_PROMPT_CACHE, else the user's cache folder, "
+                        "~/.cache/goosedump/prompt-cache)")
+    p.add_argument("--no-prompt-cache", dest="prompt_cache", action="store_const", const="off",
+                   help="the same as --prompt-cache off")
+    p.add_argument("--prompt-cache-size", metavar="SIZE", default=None,
+                   help="the prompt cache's cap on disk, least recently used entries evicted past it "
+                        "(default: $GOOSEDUMP_PROMPT_CACHE_SIZE, else 4G)")
 
 
 def _add_profile(p: argparse.ArgumentParser) -> None:

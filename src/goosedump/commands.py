@@ -49,8 +49,16 @@ def load_model(args: argparse.Namespace):
     ctx = getattr(args, "ctx", None)
     if ctx is not None and ctx < 1:
         raise UsageError(f"-c/--ctx must be at least 1, got {ctx}")
+    # the prompt cache is on by default for run, chat and serve (the flag,
+    # else the environment, else the user's cache folder); off elsewhere
+    prompt_cache = getattr(args, "prompt_cache", "off")
+    if prompt_cache is None:
+        from .options import ENV_PROMPT_CACHE
+        from .promptcache import default_folder
+        prompt_cache = os.environ.get(ENV_PROMPT_CACHE) or default_folder()
     options = Options.from_env(expert_cache=args.expert_cache, threads=threads,
-                               page_cache=getattr(args, "page_cache", False))
+                               page_cache=getattr(args, "page_cache", False), prompt_cache=prompt_cache,
+                               prompt_cache_size=getattr(args, "prompt_cache_size", None))
     model = load(resolve_model(model_arg(args)), options=options)
     if ctx is not None:
         if ctx > model.config.context_length:

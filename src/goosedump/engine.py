@@ -125,8 +125,13 @@ class Engine:
             shared = [c.shared_prefix(prompt) for c in self._idle]
             best = max(range(len(shared)), key=lambda j: (shared[j], -j))
             room = self.active + len(self._idle) <= self.max_batch     # self.active counts this one
-            if not room or shared[best] >= self._prompt_len.get(id(self._idle[best]), 0):
-                return self._idle.pop(best)
+            own = shared[best] >= self._prompt_len.get(id(self._idle[best]), 0)
+            if not room or own:
+                cache = self._idle.pop(best)
+                keep = self.model.stepper.prompt_cache
+                if not own and keep is not None:
+                    keep.save_cache(cache)    # another conversation's: to disk before it is overwritten
+                return cache
         return self.model.new_cache()
 
     def _ended(self, gen: Generation) -> None:
@@ -143,8 +148,11 @@ class Engine:
                 gen.cache.reset()
             self._idle.append(gen.cache)
             self._prompt_len[id(gen.cache)] = 0 if gen.error is not None else len(gen.prompt)
+        keep = self.model.stepper.prompt_cache
         for dropped in self._idle[:-self.max_batch]:
             self._prompt_len.pop(id(dropped), None)
+            if keep is not None:
+                keep.save_cache(dropped)      # a conversation set aside goes to disk, not away
         del self._idle[:-self.max_batch]      # keep as many idle caches as can be active
 
     def close(self) -> None:

@@ -87,23 +87,27 @@ class Transformer:
 
     # -- the whole model -------------------------------------------------------
     def forward(self, tokens: np.ndarray, cache: KVCache, probe: Probe = NO_PROBE,
-                last_only: bool = False) -> np.ndarray:
+                last_only: bool = False, mark: int | None = None) -> np.ndarray:
         """Run tokens (appended at cache.n) through the model; the residual
         stream after the last layer [T, D], or only the last token's [1, D] (a
         long prompt need not keep them all). Layer by layer over up to
-        `options.prefill_tokens` tokens at once (see _pass). Token ids and the
-        context are checked by the caller (goosedump.generate.check_prompt)."""
+        `options.prefill_tokens` tokens at once (see _pass). mark: a position
+        inside the tokens whose sliding layers' rings are copied as they are
+        there (cache.marked = (mark, {layer: (k, v)})), so that the state at
+        the mark can be kept without a second pass. Token ids and the context
+        are checked by the caller (goosedump.generate.check_prompt)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         out = []
         step = max(1, self.options.prefill_tokens)
+        cache.marked = None
         for start in range(0, len(tokens), step):
-            x = self._pass(tokens[start:start + step], cache, probe)
+            x = self._pass(tokens[start:start + step], cache, probe, mark)
             out.append(x[-1:] if last_only else x)
         if last_only:
             out = out[-1:]
         return np.concatenate(out) if out else np.empty((0, self.config.n_embd), np.float32)
 
-    def _pass(self, tokens: np.ndarray, cache: KVCache, probe: Probe) -> np.ndarray:
+    def _pass(self, tokens: np.ndarray, cache: KVCache, probe: Probe, mark: int | None = None) -> np.ndarray:
         """A prompt's tokens through every layer, layer by layer: attention in
         batches of PREFILL_BATCH (each batch's keys and values enter the cache
         before the next batch reads them), then the experts over all the
@@ -111,9 +115,21 @@ class Transformer:
         the whole prompt, not once per batch. A token's numbers are the same
         as batch by batch: the kernels are batch-invariant."""
         T, pos0 = len(tokens), cache.n
-        batches = [(s, min(T, s + PREFILL_BATCH), [(cache, pos0 + s, 0, min(T, s + PREFILL_BATCH) - s)])
-                   for s in range(0, T, PREFILL_BATCH)]
-        x = self._layers(tokens, np.arange(pos0, pos0 + T), batches, [(pos0, 0, T)], probe)
+        cuts = set(range(0, T, PREFILL_BATCH)) | {T}
+        at = None if mark is None or not pos0 < mark <= pos0 + T else mark - pos0
+        if at is not None:
+            cuts.add(at)            # a batch ends at the mark: the rings are as they are there
+        cuts = sorted(cuts)
+        batches = [(a, b, [(cache, pos0 + a, 0, b - a)]) for a, b in zip(cuts, cuts[1:])]
+        after = None
+        if at is not None:
+            rings = {i for i, _ in cache.rings}
+            cache.marked = (mark, {})
+
+            def after(i: int, end: int) -> None:
+                if end == at and i in rings:
+                    cache.marked[1][i] = (cache.k[i].copy(), cache.v[i].copy())
+        x = self._layers(tokens, np.arange(pos0, pos0 + T), batches, [(pos0, 0, T)], probe, after)
         cache.advance(tokens)
         return x
 
@@ -130,11 +146,13 @@ class Transformer:
             cache.advance([t])
         return x
 
-    def _layers(self, tokens: np.ndarray, positions: np.ndarray, batches, spans, probe: Probe) -> np.ndarray:
+    def _layers(self, tokens: np.ndarray, positions: np.ndarray, batches, spans, probe: Probe,
+                after=None) -> np.ndarray:
         """The layer loop. batches: (first row, end row, seqs) of the
         attention calls, each after the one before it (seqs' rows relative to
         the batch); the experts take every row at once; spans: (first
-        position, first row, end row) of each sequence, for the probe."""
+        position, first row, end row) of each sequence, for the probe;
+        after(layer, end row): called after each attention batch."""
         c = self.config
         x = np.empty((len(tokens), c.n_embd), np.float32)
         _kernels.get_rows(self.token_embd.fmt, self.token_embd.raw, tokens, x)  # embeddings
@@ -143,10 +161,14 @@ class Transformer:
             h = rms_norm(x, L.attn_norm, c.rms_eps)
             if len(batches) == 1:
                 a = self.attention(L, i, h, batches[0][2], cos, sin, probe)
+                if after is not None:
+                    after(i, batches[0][1])
             else:
                 a = np.empty_like(x)
                 for r0, r1, seqs in batches:
                     a[r0:r1] = self.attention(L, i, h[r0:r1], seqs, cos[r0:r1], sin[r0:r1], probe)
+                    if after is not None:
+                        after(i, r1)
             x = x + a
             h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
             x = x + self.moe(L, i, h, spans, probe)

@@ -111,6 +111,7 @@ class Generation:
         self.cache: KVCache | None = None
         self.rng = make_rng(sampling)
         self.prompt_arr = np.asarray(prompt, dtype=np.int64)
+        self.keep = False                   # put the prompt's state on disk when it ends
         self.generated: list[int] = []
         self.decoder = None
         self.cached = 0
@@ -182,9 +183,13 @@ class Generation:
 class Stepper:
     """The step function over rows, for one model."""
 
-    def __init__(self, transformer, tokenizer, n_ctx: int):
+    def __init__(self, transformer, tokenizer, n_ctx: int, prompt_cache=None):
         self.tr, self.tok, self.n_ctx = transformer, tokenizer, n_ctx
         self.store = transformer.store
+        # goosedump.promptcache.PromptCache or None; a chat prompt's state is
+        # kept at its last user message (the system prompt and tools before it)
+        self.prompt_cache = prompt_cache
+        self._user_header = np.array([tokenizer.special_token("<|start|>"), *tokenizer.encode("user")], np.int64)
 
     def new(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams | None = None, *,
             profile: bool = False, record_routing: bool = False, **kw) -> Generation:
@@ -235,12 +240,17 @@ class Stepper:
         # A new turn of a conversation: keep the cached positions of the prefix
         # this prompt shares with what the cache holds (at least one token is
         # always run, for its logits).
+        keep = self.prompt_cache if gen.reuse_cache else None
+        if keep is not None:
+            keep.restore(gen.prompt, cache)      # a prefix kept on disk, where it beats this cache
         gen.cached = cache.reuse(gen.prompt) if gen.reuse_cache else cache.truncate(0)
         if gen.recorder is not None:
             gen.recorder.phase("prefill")
-        x = self.tr.forward(gen.prompt_arr[gen.cached:], cache, gen.probe, last_only=True)
+        mark = self._mark(gen) if keep is not None else None
+        x = self.tr.forward(gen.prompt_arr[gen.cached:], cache, gen.probe, last_only=True, mark=mark)
         token = self.pick([gen], x, gen.probe)[0]
         cache.save_window()                # lets the next turn rewind to this prompt's end
+        gen.keep = keep is not None
         gen.t_prefill = time.perf_counter()
         if gen.recorder is not None:
             gen.recorder.phase("decode")
@@ -313,7 +323,44 @@ class Stepper:
         gen.next = token
         return True
 
+    def _mark(self, gen: Generation) -> int | None:
+        """Where a chat prompt's last user message starts, when the state
+        there is worth keeping: computed now, and not on disk yet."""
+        from .promptcache import MIN_TOKENS
+        p, h = gen.prompt_arr, self._user_header
+        starts = np.flatnonzero(p[:len(p) - len(h) + 1] == h[0]) if len(p) >= len(h) else []
+        for b in reversed(starts):
+            if np.array_equal(p[b:b + len(h)], h):
+                b = int(b)
+                if b >= MIN_TOKENS and b > gen.cached and not self.prompt_cache.has(gen.prompt[:b]):
+                    return b
+                return None
+        return None
+
+    def keep_prompt(self, gen: Generation) -> None:
+        """Put on disk the states its prefill computed: at the mark, and the
+        whole prompt when most of it was new (the rings as save_window kept
+        them at the prompt's end; the full layers' first positions are
+        untouched by decoding)."""
+        from .promptcache import MIN_TOKENS
+        cache, pc = gen.cache, self.prompt_cache
+        rings = {i for i, _ in cache.rings}
+        if cache.marked is not None:
+            b, snap = cache.marked
+            cache.marked = None
+            if len(snap) == len(rings):
+                pc.save(gen.prompt[:b], [snap[i][0] if i in snap else k for i, k in enumerate(cache.k)],
+                        [snap[i][1] if i in snap else v for i, v in enumerate(cache.v)])
+        saved = cache._saved
+        if len(gen.prompt) - gen.cached >= MIN_TOKENS and saved is not None and saved[0] == len(gen.prompt):
+            snap = {i: (k, v) for i, k, v in saved[1]}
+            pc.save(gen.prompt, [snap[i][0] if i in snap else k for i, k in enumerate(cache.k)],
+                    [snap[i][1] if i in snap else v for i, v in enumerate(cache.v)])
+
     def finish(self, gen: Generation, stop: str, eos: int | None = None) -> None:
+        if gen.keep:
+            gen.keep = False
+            self.keep_prompt(gen)
         tail = gen.decoder.flush() if gen.decoder is not None else ""
         if tail:
             gen.emit((None, tail))

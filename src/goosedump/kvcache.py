@@ -37,6 +37,7 @@ class KVCache:
         self.n = 0
         self.tokens: list[int] = []
         self._saved: tuple[int, list] | None = None
+        self.marked: tuple[int, dict] | None = None     # see Transformer.forward's mark
 
     def advance(self, tokens) -> None:
         """The positions just written (from n on) hold these tokens."""
@@ -45,6 +46,11 @@ class KVCache:
 
     def reset(self) -> None:
         self.truncate(0)
+
+    def can_rewind(self, p: int, n: int) -> bool:
+        """Could a cache filled to n rewind to p (its rings still holding
+        what a query at p reads)?"""
+        return self._rings_hold(p, n)
 
     def _rings_hold(self, p: int, n: int) -> bool:
         """Would the rings, filled up to n, still hold every position a query
@@ -84,15 +90,19 @@ class KVCache:
         differ = np.flatnonzero(cached != np.asarray(prompt[:n], dtype=np.int64))
         return int(differ[0]) if len(differ) else n
 
-    def reuse(self, prompt) -> int:
-        """Keep the longest cached prefix of prompt that the cache can rewind
-        to, always leaving at least one prompt token to run; returns its length."""
+    def reusable(self, prompt) -> int:
+        """The longest cached prefix of prompt that the cache can rewind to,
+        always leaving at least one prompt token to run."""
         common = self.shared_prefix(prompt, len(prompt) - 1)
         if self._rings_hold(common, self.n) or self._restorable(common):
-            return self.truncate(common)
+            return common
         if self._saved is not None and self._saved[0] < common and self._restorable(self._saved[0]):
-            return self.truncate(self._saved[0])   # the saved point lies within the shared prefix
-        return self.truncate(0)
+            return self._saved[0]                  # the saved point lies within the shared prefix
+        return 0
+
+    def reuse(self, prompt) -> int:
+        """Keep reusable(prompt) positions; returns how many."""
+        return self.truncate(self.reusable(prompt))
 
     @property
     def nbytes(self) -> int:

@@ -50,6 +50,7 @@ class Model:
         self._store: ExpertStore | None = None
         self._transformer: Transformer | None = None
         self._stepper: Stepper | None = None
+        self._prompt_cache = None
         self._cache: KVCache | None = None
 
     @property
@@ -90,8 +91,21 @@ class Model:
     @property
     def stepper(self) -> Stepper:
         if self._stepper is None:
-            self._stepper = Stepper(self.transformer, self.tokenizer, self.n_ctx)
+            self._stepper = Stepper(self.transformer, self.tokenizer, self.n_ctx, self.prompt_cache)
         return self._stepper
+
+    @property
+    def prompt_cache(self):
+        """The prompt cache on disk (goosedump.promptcache) that
+        options.prompt_cache names, or None."""
+        o = self.options
+        if o.prompt_cache is None:
+            return None
+        if self._prompt_cache is None:
+            from .promptcache import PromptCache, model_identity
+            self._prompt_cache = PromptCache(o.prompt_cache, model_identity(self.file, o.activations),
+                                             o.prompt_cache_bytes)
+        return self._prompt_cache
 
     def new_cache(self, n_ctx: int | None = None) -> KVCache:
         return KVCache(self.config, n_ctx or self.n_ctx)

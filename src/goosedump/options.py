@@ -10,6 +10,8 @@ Nothing else reads the environment for these.
 | activations   |                  | GOOSEDUMP_ACTIVATIONS         | i16                 |
 | read_threads  |                  | GOOSEDUMP_READ_THREADS        | 4                   |
 | prefetch      |                  |                               | on                  |
+| prompt_cache  | --prompt-cache   | GOOSEDUMP_PROMPT_CACHE        | off (the CLI: on)   |
+| prompt_cache_bytes | --prompt-cache-size | GOOSEDUMP_PROMPT_CACHE_SIZE | 4G             |
 """
 from __future__ import annotations
 
@@ -17,10 +19,13 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .budget import AUTO, SizeError, expert_cache_budget
+from .budget import AUTO, SizeError, expert_cache_budget, parse_size
 
 ENV_ACTIVATIONS = "GOOSEDUMP_ACTIVATIONS"
 ENV_READ_THREADS = "GOOSEDUMP_READ_THREADS"
+ENV_PROMPT_CACHE = "GOOSEDUMP_PROMPT_CACHE"
+ENV_PROMPT_CACHE_SIZE = "GOOSEDUMP_PROMPT_CACHE_SIZE"
+OFF = ("off", "none", "no", "0", "")
 # Precision of activations inside quantized products (csrc/matmul.h): "i16"
 # (chosen by benchmarks/activation_precision.py: within a factor 2-4 of fp32's
 # agreement with the reference, at 1.5-2.4x its speed) or "f32".
@@ -40,6 +45,9 @@ class Options:
     # tokens a prompt's pass takes layer by layer (each streamed expert read
     # once per layer for all of them; ~12 KiB of activations per token)
     prefill_tokens: int = 4096
+    # the folder of KV states of prompt prefixes kept on disk (goosedump.promptcache), None: off
+    prompt_cache: str | None = None
+    prompt_cache_bytes: int = 4 << 30
 
     def __post_init__(self):
         if self.activations not in ACTIVATIONS:
@@ -54,11 +62,19 @@ class Options:
 
     @classmethod
     def from_env(cls, *, expert_cache: str | int | None = None, threads: int | None = None,
-                 page_cache: bool = False, prefetch: bool = True,
-                 env: Mapping[str, str] | None = None) -> "Options":
+                 page_cache: bool = False, prefetch: bool = True, prompt_cache: str | None = None,
+                 prompt_cache_size: str | None = None, env: Mapping[str, str] | None = None) -> "Options":
         """Flags first, then the environment, then the defaults. Errors name
-        the flag or the variable."""
+        the flag or the variable. prompt_cache: a folder or "off"."""
         env = os.environ if env is None else env
+        folder = prompt_cache if prompt_cache is not None else env.get(ENV_PROMPT_CACHE)
+        folder = None if folder is None or folder.strip().lower() in OFF else os.path.expanduser(folder)
+        if prompt_cache_size is not None:
+            cache_bytes = parse_size(prompt_cache_size, "--prompt-cache-size")
+        elif env.get(ENV_PROMPT_CACHE_SIZE):
+            cache_bytes = parse_size(env[ENV_PROMPT_CACHE_SIZE], ENV_PROMPT_CACHE_SIZE)
+        else:
+            cache_bytes = 4 << 30
         budget = expert_cache if isinstance(expert_cache, int) else expert_cache_budget(expert_cache, env)
         acts = env.get(ENV_ACTIVATIONS, "i16")
         if acts not in ACTIVATIONS:
@@ -71,7 +87,8 @@ class Options:
         if read_threads < 1:
             raise ValueError(f"{ENV_READ_THREADS}={raw!r}: expected an integer of at least 1")
         return cls(expert_cache=budget, threads=threads, page_cache=page_cache, prefetch=prefetch,
-                   activations=acts, read_threads=read_threads)
+                   activations=acts, read_threads=read_threads, prompt_cache=folder, prompt_cache_bytes=cache_bytes)
 
 
-__all__ = ["Options", "SizeError", "ENV_ACTIVATIONS", "ENV_READ_THREADS"]
+__all__ = ["Options", "SizeError", "ENV_ACTIVATIONS", "ENV_READ_THREADS", "ENV_PROMPT_CACHE",
+           "ENV_PROMPT_CACHE_SIZE"]

@@ -1,0 +1,170 @@
+"""The prompt cache on disk: a prompt seen before (the same system prompt
+with another question, the same prompt again, a conversation the server set
+aside) prefills only what is new, with keys and values equal bit for bit to
+a cold run's; entries that are corrupt, of another model or of another
+format are deleted and never used; the cap evicts the least recently used."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import goosedump
+from goosedump.engine import Engine
+from goosedump.options import Options
+from goosedump.promptcache import SUFFIX, PromptCache, model_identity, tokens_key
+from goosedump.sampling import SamplingParams
+
+SYSTEM = "You are a careful assistant. Answer in one short sentence, and say when you are unsure. " * 3
+
+
+def chat_prompt(model, question: str) -> list[int]:
+    return model.render_chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+                             date="2026-12-01")
+
+
+@pytest.fixture()
+def folder(tmp_path):
+    return str(tmp_path / "prompt-cache")
+
+
+def load(path, folder=None, **kw):
+    return goosedump.load(path, options=Options.from_env(prompt_cache=folder or "off", **kw))
+
+
+def kv_after_prefill(model, prompt):
+    """After a prompt's prefill: the first token, and the keys and values of
+    every position a next token reads (full layers all, sliding layers their
+    window: what a ring holds beyond it is never read)."""
+    r = model.generate(prompt, 1)
+    c, n, w = model._cache, len(prompt), model.config.sliding_window
+    rings = dict(c.rings)
+    pos = [np.arange(max(0, n - w), n) if i in rings else np.arange(n) for i in range(len(c.k))]
+    return r, [k[p % len(k)].copy() for k, p in zip(c.k, pos)] + [v[p % len(v)].copy() for v, p in zip(c.v, pos)]
+
+
+def entries(folder):
+    return sorted(os.path.join(r, f) for r, _, fs in os.walk(folder) for f in fs if f.endswith(SUFFIX))
+
+
+def test_a_warm_prompt_equals_a_cold_one_bit_for_bit(tiny_path, folder):
+    cold = load(tiny_path)
+    first = load(tiny_path, folder)
+    prompt_a = chat_prompt(first, "Why is the sky blue?")
+    prompt_b = chat_prompt(first, "Name a prime.")
+    sampled = SamplingParams(temperature=1.0, seed=7)
+    ra = first.generate(prompt_a, 12, sampling=sampled)
+    assert ra.cached_tokens == 0 and len(entries(folder)) == 2     # the system prompt's state and the whole prompt
+    first.close()
+    for prompt in (prompt_a, prompt_b):
+        warm = load(tiny_path, folder)                              # a new process would see the same files
+        r_warm, kv_warm = kv_after_prefill(warm, prompt)
+        r_cold, kv_cold = kv_after_prefill(cold, prompt)
+        start, user = warm.tokenizer.special_token("<|start|>"), warm.tokenizer.encode("user")
+        boundary = max(i for i in range(len(prompt)) if prompt[i:i + 1 + len(user)] == [start, *user])
+        shared = next(i for i, (x, y) in enumerate(zip(prompt + [-1], prompt_a + [-2])) if x != y)
+        # the same prompt: all but the last token from disk; another question:
+        # the system prompt and the user header (what it shares with the first)
+        assert r_warm.cached_tokens == min(shared, len(prompt) - 1) and shared > boundary
+        assert all(np.array_equal(w.view(np.uint16), c.view(np.uint16)) for w, c in zip(kv_warm, kv_cold))
+        assert warm.generate(prompt, 12, sampling=sampled).token_ids == cold.generate(prompt, 12, sampling=sampled,
+                                                                                      reuse_cache=False).token_ids
+        warm.close()
+    cold.close()
+
+
+def test_corrupt_stale_and_foreign_entries_are_never_used(tiny_path, folder, tmp_path):
+    m = load(tiny_path, folder)
+    prompt = chat_prompt(m, "Hello?")
+    expect = m.generate(prompt, 8).token_ids          # cold, and kept
+    m.close()
+    saved = entries(folder)
+    assert saved
+    for path in saved:                              # a flipped byte in every payload
+        with open(path, "r+b") as f:
+            f.seek(-100, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-100, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0xFF]))
+    ident_dir = os.path.dirname(saved[0])
+    with open(os.path.join(ident_dir, "0" * 32 + SUFFIX), "wb") as f:
+        f.write(b"not an entry at all")             # another format
+    m = load(tiny_path, folder)
+    r = m.generate(prompt, 8)
+    assert r.cached_tokens == 0 and r.token_ids == expect
+    assert m.prompt_cache.rejected == len(saved) + 1
+    assert all(p not in entries(folder) or os.path.getmtime(p) > 0 for p in saved)   # replaced by good ones
+    m.close()
+    m = load(tiny_path, folder)
+    assert m.generate(prompt, 8).cached_tokens == len(prompt) - 1 and m.prompt_cache.rejected == 0
+    m.close()
+    # another model's file (another seed: the same size and metadata) has its own identity
+    from goosedump import synth
+    other = tmp_path / "other.gguf"
+    synth.write_model(other, "tiny", seed=2)
+    o = load(str(other), folder)
+    assert o.prompt_cache.identity != m.prompt_cache.identity
+    assert o.generate(prompt, 4).cached_tokens == 0
+    o.close()
+
+
+def test_the_cap_evicts_the_least_recently_used(tiny_path, folder):
+    m = load(tiny_path, folder)
+    ident = model_identity(m.file, "i16")
+    prompts = [m.tokenizer.encode(f"Entry number {i}: " + "some words to fill the cache " * 8) for i in range(4)]
+    one = PromptCache(folder, ident, 1 << 40)
+    for p in prompts[:1]:
+        m.generate(p, 1)
+        one.save_cache(m._cache)
+    size = os.path.getsize(entries(folder)[0])
+    cap = PromptCache(folder, ident, int(2.5 * size))
+    for p in prompts[1:]:
+        m.generate(p, 1, reuse_cache=False)
+        cap.save_cache(m._cache)
+        assert sum(os.path.getsize(e) for e in entries(folder)) <= 2.5 * size
+    # the two written last are kept: the first two went, oldest first
+    assert {os.path.basename(e) for e in entries(folder)} == {tokens_key(p) + SUFFIX for p in prompts[2:]}
+    m.close()
+
+
+def test_the_server_sets_a_conversation_aside_on_disk(tiny_path, folder):
+    m = load(tiny_path, folder)
+    engine = Engine(m, max_batch=1)
+    try:
+        a = m.tokenizer.encode("Conversation A: " + "we talked about the weather in Oslo " * 6)
+        ra = engine.submit(a, 6).wait()
+        b = m.tokenizer.encode("Conversation B: " + "and then about the trains to Bergen " * 6)
+        engine.submit(b, 6).wait()                 # takes A's only cache, after putting it on disk
+        a2 = a + ra.token_ids + m.tokenizer.encode(" And tomorrow?")
+        r = engine.submit(a2, 6).wait()
+        assert r.cached_tokens >= len(a) + len(ra.token_ids) - 1
+        assert r.token_ids == m.generate(a2, 6, reuse_cache=False).token_ids
+    finally:
+        engine.close()
+        m.close()
+
+
+def test_the_cli_keeps_prompts_by_default_and_not_when_told(tiny_path, tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    env.pop("GOOSEDUMP_PROMPT_CACHE", None)
+    run = [sys.executable, "-m", "goosedump", "run", tiny_path, "--system", SYSTEM, "-n", "4", "--temp", "0", "--json"]
+    outs = []
+    for _ in range(2):
+        out = subprocess.run(run + ["-p", "Why is the sky blue?"], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        outs.append(json.loads(out.stdout))
+    assert outs[0]["cached_tokens"] == 0 and outs[1]["cached_tokens"] == outs[1]["prompt_tokens"] - 1
+    assert outs[0]["token_ids"] == outs[1]["token_ids"]
+    assert entries(str(tmp_path / "xdg" / "goosedump" / "prompt-cache"))
+    out = subprocess.run(run + ["-p", "Why is the sky blue?", "--no-prompt-cache"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert json.loads(out.stdout)["cached_tokens"] == 0
+    folder = tmp_path / "mine"
+    out = subprocess.run(run + ["-p", "Name a prime.", "--prompt-cache", str(folder)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0 and entries(str(folder))
+    out = subprocess.run(run + ["-p", "x", "--prompt-cache-size", "lots"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode != 0 and "--prompt-cache-size" in out.stderr and "Traceback" not in out.stderr
