@@ -2,6 +2,7 @@
 
     python benchmarks/server_load.py MODEL.gguf [--clients 16] [--requests 200] [--max-tokens 16]
     python benchmarks/server_load.py MODEL.gguf --concurrency 1,2,4 [--duration 30] [--max-tokens 128]
+    python benchmarks/server_load.py MODEL.gguf --replicas 1,2 [--threads 1] [--clients 16] [--requests 200]
 
 Starts the server as a subprocess on a free port, then either
 
@@ -16,6 +17,10 @@ Starts the server as a subprocess on a free port, then either
   counted as tokens are produced) over the window: the API cannot ignore
   end-of-generation, so a window of time, not a token count, is measured.
 
+With --replicas N,N,... the load runs once per count against `goosedump
+serve --replicas N` (Ray Serve on a local cluster; RSS is then the whole
+process tree's: the driver, Ray and every replica), the counts side by side.
+
 Prints a table, then one JSON line with every figure.
 """
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -52,23 +58,28 @@ def free_port() -> int:
 class ServerProcess:
     """python -m goosedump.server on a free port, until stopped."""
 
-    def __init__(self, args):
+    def __init__(self, args, replicas: int | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self.replicas = replicas
         self.log = tempfile.NamedTemporaryFile("w+", prefix="goosedump-serve-", suffix=".log", delete=False)
-        cmd = [sys.executable, "-m", "goosedump.server", args.model, "--port", str(self.port),
-               "--log-level", "warning", "--model-name", "bench"]
-        for flag, value in (("--ctx", args.ctx), ("--threads", args.threads), ("--expert-cache", args.expert_cache)):
+        cmd = [sys.executable, "-m", "goosedump", "serve", args.model, "--port", str(self.port),
+               "--log-level", "warning", "--model-name", "bench", "--no-prompt-cache"]
+        for flag, value in (("--ctx", args.ctx), ("--threads", args.threads), ("--expert-cache", args.expert_cache),
+                            ("--replicas", replicas)):
             if value is not None:
                 cmd += [flag, str(value)]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.ps = psutil.Process(self.proc.pid)
         deadline = time.monotonic() + args.start_timeout
         while True:
             if self.proc.poll() is not None:
                 raise SystemExit(f"the server exited ({self.proc.returncode}):\n{self.log_text()}")
             try:
-                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
+                seen = {httpx.get(self.base + "/health", timeout=2).headers.get("x-goosedump-replica")
+                        for _ in range(1 if replicas is None else 4 * replicas)}
+                if len(seen) >= (replicas or 1):
                     break
             except httpx.TransportError:
                 pass
@@ -78,7 +89,15 @@ class ServerProcess:
             time.sleep(0.2)
 
     def rss(self) -> int:
-        return self.ps.memory_info().rss
+        """The server's RSS; with replicas, its whole process tree's."""
+        procs = [self.ps] + (self.ps.children(recursive=True) if self.replicas else [])
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
 
     def metric(self, name: str) -> float:
         for line in httpx.get(self.base + "/metrics", timeout=10).text.splitlines():
@@ -92,12 +111,15 @@ class ServerProcess:
             return f.read()[-4000:]
 
     def stop(self) -> None:
-        self.proc.terminate()
+        os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(15)
+            self.proc.wait(60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        if self.replicas:
+            subprocess.run([os.path.join(os.path.dirname(sys.executable), "ray"), "stop", "--force"],
+                           capture_output=True)
         self.log.close()
         os.unlink(self.log.name)
 
@@ -279,6 +301,32 @@ def print_concurrency(r: dict) -> None:
               f"{lv['speedup']:6.2f}x | {lv['failures']:8d} |")
 
 
+def compare_replicas(args, counts: list[int]) -> int:
+    from goosedump.machine import cpu_description
+    results = {}
+    for n in counts:
+        server = ServerProcess(args, replicas=n)
+        try:
+            results[n] = run_load(server, args)
+        finally:
+            server.stop()
+    print(f"CPU: {cpu_description()}")
+    print(f"{os.path.basename(args.model)}: {args.requests} requests from {args.clients} clients, max_tokens "
+          f"{args.max_tokens}, half streamed; replicas of --threads {args.threads or 'all cores'}")
+    print("| replicas | requests/s | generated tokens/s | latency p50 / p90 / p99 | time to first token p50 / p99 "
+          "| failures | RSS peak (all processes) |")
+    print("|---|---|---|---|---|---|---|")
+    for n, r in results.items():
+        lat, ttft = r["latency_ms"], r["ttft_ms"]
+        print(f"| {n} | {r['requests_per_s']:.2f} | {r['generated_tokens_per_s']:.1f} | {lat['p50']} / {lat['p90']} / "
+              f"{lat['p99']} ms | {ttft['p50']} / {ttft['p99']} ms | {r['failures']} | {r['rss_mib']['peak']} MiB |")
+    if len(counts) > 1:
+        a, b = results[counts[0]], results[counts[-1]]
+        print(f"requests/s, {counts[-1]} replicas / {counts[0]}: {b['requests_per_s'] / a['requests_per_s']:.2f}x")
+    print(json.dumps({"cpu": cpu_description(), "model": args.model, "replicas": results}))
+    return 1 if any(r["failures"] for r in results.values()) else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="GGUF file")
@@ -293,10 +341,14 @@ def main(argv=None) -> int:
     p.add_argument("--expert-cache", default=None)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take")
     p.add_argument("--start-timeout", type=float, default=300.0, help="seconds the server may take to start")
+    p.add_argument("--replicas", default=None, metavar="N,N,...",
+                   help="run the load against `serve --replicas N` for each count, side by side")
     args = p.parse_args(argv)
     if args.concurrency:
         args.concurrency = [int(x) for x in args.concurrency.split(",")]
     args.max_tokens = args.max_tokens or (128 if args.concurrency else 16)
+    if args.replicas:
+        return compare_replicas(args, [int(x) for x in args.replicas.split(",")])
     server = ServerProcess(args)
     try:
         if args.concurrency:

@@ -122,6 +122,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="the model's id in the API (default: the file's name without .gguf)")
     p.add_argument("--max-batch", type=int, default=4,
                    help="requests the engine decodes together, where it can (default 4)")
+    p.add_argument("--max-body-size", metavar="SIZE", default="16M",
+                   help="refuse request bodies larger than this with a 413, before reading them whole "
+                        "(an integer followed by M or G; default 16M)")
+    p.add_argument("--body-timeout", metavar="SECONDS", type=float, default=20.0,
+                   help="answer 408 to a request whose body stops arriving for this long (default 20)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info)")
     r = p.add_argument_group("replicas (Ray Serve; pip install 'goosedump[ray]')")

@@ -294,6 +294,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import socket
     if args.max_batch < 1:
         raise UsageError(f"--max-batch must be at least 1, got {args.max_batch}")
+    from .budget import parse_size
+    if isinstance(args.max_body_size, str):
+        args.max_body_size = parse_size(args.max_body_size, "--max-body-size")
+    if not args.body_timeout > 0:
+        raise UsageError(f"--body-timeout must be more than 0 seconds, got {args.body_timeout}")
     try:                        # a port in use is said before anything loads
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
             probe.bind((args.host, args.port))

@@ -59,6 +59,10 @@ class Tokenizer:
         except ValueError as e:
             raise GGUFError(f"{f.path}: tokenizer.ggml.tokens: {e}") from None
         self.n_vocab = len(tokens)
+        # no token covers more bytes of text than its stored form's (byte-level
+        # BPE stores each byte as one or two), so a text of L characters has
+        # at least L / max_token_bytes tokens: a bound known before encoding
+        self.max_token_bytes = max(1, int(np.max(tokens.lengths)))
         special = np.flatnonzero(np.isin(types, (3, 4)))  # CONTROL, USER_DEFINED
         self.special_ids = frozenset(int(i) for i in special)
         # UNUSED ids ([PAD200019] and the like): never a valid output

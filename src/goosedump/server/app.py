@@ -22,9 +22,9 @@ from ..result import ContextOverflowError
 from ..sampling import SamplingError
 from . import chat_completions, completions, responses
 from .bridge import Submitted
-from .errors import APIError, bad_request, chat_error, parse_body, validation_error
+from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
-from .params import context_error, sampling_params
+from .params import check_text_fits, context_error, sampling_params, text_chars
 from .schemas import ChatBody, CompletionBody, Fields, ResponsesBody
 
 
@@ -67,6 +67,7 @@ class Server:
                               body.grammar, body.json_schema, self.harmony, format_param)
         except PlanError as e:
             raise bad_request(str(e), param=e.param) from None
+        check_text_fits(text_chars(messages) + text_chars(tools), self.tok, self.model.n_ctx, param)
         try:
             ids = self.model.render_chat(messages, reasoning_effort=effort or "medium", tools=plan.tools)
         except ChatError as e:
@@ -103,11 +104,14 @@ class Server:
 
 
 def create_app(model, *, model_name: str, api_key: str | None = None, max_batch: int | None = None,
-               replica: str | None = None) -> FastAPI:
+               replica: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
+               body_timeout: float = BODY_IDLE_SECONDS) -> FastAPI:
     """The FastAPI application serving `model` under the id `model_name`;
     with api_key, /v1/ wants 'Authorization: Bearer <api_key>'. Every
     response carries X-Goosedump-Replica: `replica` (default: this host and
-    process), the same app whether alone or one of Ray Serve's replicas."""
+    process), the same app whether alone or one of Ray Serve's replicas.
+    A request body over max_body_bytes is refused with a 413, one that
+    stops arriving for body_timeout seconds with a 408."""
     server = Server(model, model_name, max_batch)
     replica = replica or f"{os.uname().nodename}:{os.getpid()}"
 
@@ -158,15 +162,15 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        return await chat_completions.handle(server, await parse_body(request, ChatBody), request)
+        return await chat_completions.handle(server, await parse_body(request, ChatBody, max_body_bytes, body_timeout), request)
 
     @app.post("/v1/completions")
     async def text_completions(request: Request):
-        return await completions.handle(server, await parse_body(request, CompletionBody), request)
+        return await completions.handle(server, await parse_body(request, CompletionBody, max_body_bytes, body_timeout), request)
 
     @app.post("/v1/responses")
     async def responses_api(request: Request):
-        return await responses.handle(server, await parse_body(request, ResponsesBody), request)
+        return await responses.handle(server, await parse_body(request, ResponsesBody, max_body_bytes, body_timeout), request)
 
     return app
 
@@ -176,7 +180,8 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 def serve(args: argparse.Namespace, model) -> int:
     model.stepper              # map the weights now, not inside the first request
     name = args.model_name or os.path.basename(model.path).removesuffix(".gguf")
-    app = create_app(model, model_name=name, api_key=args.api_key, max_batch=args.max_batch)
+    app = create_app(model, model_name=name, api_key=args.api_key, max_batch=args.max_batch,
+                     max_body_bytes=args.max_body_size, body_timeout=args.body_timeout)
     print(f"goosedump serve: {name} on http://{args.host}:{args.port}/v1 (context {model.n_ctx} tokens"
           f"{', API key required' if args.api_key else ''})", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

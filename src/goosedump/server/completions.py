@@ -12,7 +12,7 @@ from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import check_common, finish_reason, max_tokens, response_id, stop_strings, usage
+from .params import check_common, check_text_fits, finish_reason, max_tokens, response_id, stop_strings, usage
 from .schemas import CompletionBody
 from .sse import FINGERPRINT, Chunks, completion_stream
 
@@ -30,6 +30,8 @@ async def handle(server, body: CompletionBody, request: Request):
             raise bad_request("a batch of prompts is not supported: send one prompt per request", param="prompt")
         prompt = prompt[0]
     # Raw text may spell special tokens ("<|start|>"), as llama.cpp reads it.
+    if isinstance(prompt, str):
+        check_text_fits(len(prompt), server.tok, server.model.n_ctx, "prompt")
     ids = server.tok.encode(prompt, allow_special=True) if isinstance(prompt, str) else list(prompt)
     if not ids:
         raise bad_request("The prompt is empty: nothing to continue from.", param="prompt")

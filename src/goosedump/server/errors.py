@@ -2,6 +2,7 @@
 and request bodies read as JSON whatever their Content-Type."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 from fastapi import Request
@@ -65,22 +66,61 @@ def _union_branch(loc_part) -> bool:
     return isinstance(loc_part, str) and (loc_part in ("str", "int", "float", "bool") or "[" in loc_part)
 
 
-async def parse_body(request: Request, model: type[BaseModel]):
+DEFAULT_MAX_BODY = 16 << 20
+BODY_IDLE_SECONDS = 20.0
+
+
+def too_large(limit: int) -> APIError:
+    return APIError(413, f"The request body is larger than this server's limit of {limit} bytes "
+                         f"(goosedump serve --max-body-size).", code="request_too_large")
+
+
+async def read_body(request: Request, limit: int, idle_seconds: float = BODY_IDLE_SECONDS) -> bytes:
+    """The body, refused with a 413 as soon as it passes `limit` bytes (by
+    its Content-Length, else while it arrives): a huge body is never held."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    parts, size = [], 0
+    chunks = request.stream().__aiter__()
+    while True:
+        try:
+            # a client that stops sending mid-body is let go, not waited for
+            chunk = await asyncio.wait_for(chunks.__anext__(), idle_seconds)
+        except StopAsyncIteration:
+            break
+        except asyncio.TimeoutError:
+            raise APIError(408, f"The request body stopped arriving: nothing came for {idle_seconds:g} s "
+                                f"(goosedump serve --body-timeout).",
+                           code="request_timeout") from None
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def parse_body(request: Request, model: type[BaseModel], limit: int = DEFAULT_MAX_BODY,
+                     idle_seconds: float = BODY_IDLE_SECONDS):
     """The JSON body as `model`, whatever the Content-Type says (curl -d
     sends form encoding; the body is JSON all the same)."""
-    raw = await request.body()
+    raw = await read_body(request, limit, idle_seconds)
     if not raw.strip():
         raise bad_request("The request body is missing: send a JSON object.")
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise bad_request(f"The request body is not valid JSON: {e}.") from None
+    except RecursionError:
+        raise bad_request("The request body nests its JSON too deeply to be read.") from None
     if not isinstance(data, dict):
         raise bad_request(f"The request body must be a JSON object, got {type(data).__name__}.")
     try:
         return model.model_validate(data)
     except ValidationError as e:
         raise validation_error(e) from None
+    except RecursionError:
+        raise bad_request("The request body nests its JSON too deeply to be read.") from None
 
 
 def chat_error(e: ChatError, default_param: str = "messages") -> APIError:

@@ -93,3 +93,29 @@ def usage(result, reasoning_tokens: int | None = None) -> dict:
 def response_id(prefix: str) -> tuple[str, int]:
     """A new response's id and its creation time."""
     return new_id(prefix), int(time.time())
+
+
+def check_text_fits(n_chars: int, tok, n_ctx: int, prompt_param: str) -> None:
+    """Refuse, before encoding it, text that has more tokens than the
+    context for certain (at least n_chars / the longest token's bytes)."""
+    at_least = n_chars // tok.max_token_bytes
+    if at_least > n_ctx:
+        raise bad_request(f"This model's context is {n_ctx} tokens and the prompt has at least {at_least} "
+                          f"({n_chars} characters). Shorten the prompt.", param=prompt_param,
+                          code="context_length_exceeded")
+
+
+def text_chars(value) -> int:
+    """The characters of every string in value (message contents, parts,
+    tool call arguments: whatever the chat renders), walked without
+    recursion."""
+    total, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return total

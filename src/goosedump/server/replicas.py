@@ -19,6 +19,7 @@ here is imported by the plain server.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -43,11 +44,13 @@ def import_ray():
     return ray, serve
 
 
-def replica_spec(args: argparse.Namespace, model_path: str) -> dict:
+def replica_spec(args: argparse.Namespace, model) -> dict:
     """What a replica needs to build its app, as plain values (sent to Ray)."""
-    return {"model": model_path, "ctx": args.ctx, "threads": args.threads, "expert_cache": args.expert_cache,
+    return {"model": model.path, "ctx": args.ctx, "threads": args.threads, "expert_cache": args.expert_cache,
             "page_cache": getattr(args, "page_cache", False), "max_batch": args.max_batch,
-            "api_key": args.api_key, "model_name": args.model_name}
+            "api_key": args.api_key, "model_name": args.model_name,
+            "prompt_cache": model.options.prompt_cache or "off", "prompt_cache_bytes": model.options.prompt_cache_bytes,
+            "max_body_bytes": args.max_body_size, "body_timeout": args.body_timeout}
 
 
 def build_replica_app(spec: dict):
@@ -60,12 +63,15 @@ def build_replica_app(spec: dict):
     from .app import create_app
     ctx = serve.get_replica_context()
     replica = getattr(ctx.replica_id, "unique_id", None) or str(ctx.replica_id)
-    options = Options.from_env(expert_cache=spec["expert_cache"], threads=spec["threads"],
-                               page_cache=spec["page_cache"])
+    options = dataclasses.replace(
+        Options.from_env(expert_cache=spec["expert_cache"], threads=spec["threads"], page_cache=spec["page_cache"],
+                         prompt_cache=spec["prompt_cache"]),
+        prompt_cache_bytes=spec["prompt_cache_bytes"])
     model = load(spec["model"], n_ctx=spec["ctx"], options=options)
     model.stepper             # map the weights now: the replica is routed to once this returns
     name = spec["model_name"] or os.path.basename(model.path).removesuffix(".gguf")
     app = create_app(model, model_name=name, api_key=spec["api_key"], max_batch=spec["max_batch"],
+                     max_body_bytes=spec["max_body_bytes"], body_timeout=spec["body_timeout"],
                      replica=f"{replica}@{os.uname().nodename}:{os.getpid()}")
     _LIVE["server"] = app.state.server
     return app
@@ -139,7 +145,7 @@ def serve_replicas(args: argparse.Namespace, model) -> int:
     ray, serve = import_ray()
     fixed, lo, hi = parse_replicas(args)
     cpus, memory = replica_needs(args, model)
-    spec = replica_spec(args, model.path)
+    spec = replica_spec(args, model)
     local = not args.ray_address
     if local:
         total = os.cpu_count() or 1
