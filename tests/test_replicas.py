@@ -88,14 +88,31 @@ class Served:
                        env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
 
 
+def ray_processes() -> list[str]:
+    """Ray's processes on this machine (its GCS, raylet, workers, Serve's
+    actors), by their command lines."""
+    import psutil
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if any(k in cmd for k in ("gcs_server", "raylet", "ray::", "default_worker.py", "dashboard/agent")):
+            found.append(cmd[:120])
+    return found
+
+
 @pytest.fixture(scope="module")
 def two(tiny_path, tmp_path_factory):
+    assert not ray_processes(), "a Ray cluster is already running here"
     s = Served(tiny_path, tmp_path_factory.mktemp("replicas") / "serve.log", "--replicas", "2")
     try:
         s.wait_ready(2)
         yield s
     finally:
         s.stop()
+    deadline = time.monotonic() + 30
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ray_processes(), ray_processes()          # the cluster went with the server
 
 
 def pid_of(replica: str) -> int:
@@ -124,6 +141,27 @@ def test_the_same_routes_errors_and_streams(two):
     assert json.loads(r.choices[0].message.content) in ("a", "b")
     metrics = httpx.get(two.base + "/metrics", timeout=10)
     assert metrics.status_code == 200 and "goosedump_requests_total" in metrics.text and metrics.headers[HEADER]
+
+
+def test_concurrent_clients_are_served_by_both_replicas(two):
+    c = two.client()
+    seen, errors = set(), []
+
+    def one(i):
+        try:
+            if i % 2:
+                with c.chat.completions.create(model="tiny", messages=USER, max_tokens=4, stream=True) as s:
+                    assert any(ch.choices and ch.choices[0].finish_reason for ch in s)
+            r = c.chat.completions.with_raw_response.create(model="tiny", messages=USER, max_tokens=4)
+            seen.add(r.headers[HEADER])
+        except Exception as e:          # every failure is reported below
+            errors.append(repr(e))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and len(seen) == 2, (errors, seen)
 
 
 def test_requests_spread_and_sessions_stick(two):
@@ -231,3 +269,7 @@ def test_autoscaling_adds_a_replica_under_load(tiny_path, tmp_path):
         assert len(seen) == 2, f"no second replica under load:\n{s.log.read_text()[-3000:]}"
     finally:
         s.stop()
+    deadline = time.monotonic() + 30
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ray_processes(), ray_processes()
