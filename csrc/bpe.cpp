@@ -1,5 +1,6 @@
 #include "bpe.h"
 
+#include <cstdio>
 #include <algorithm>
 #include <cstring>
 #include <queue>
@@ -235,6 +236,17 @@ Tokenizer::Tokenizer(const uint8_t* buf, const int64_t* starts, const int64_t* l
       slot = (slot + 1) & mask_;
     }
     if (!duplicate) table_[slot] = uint32_t(id + 1);  // the lowest id wins, as in a rank map
+  }
+  // Byte-level BPE ends every piece in single bytes: each of the 256 must be
+  // a token, or some text could not be encoded at all.
+  for (int b = 0; b < 256; ++b) {
+    const uint8_t byte = uint8_t(b);
+    if (lookup_rank(&byte, 1) < 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      throw std::invalid_argument(std::string("no token holds the byte ") + hex +
+                                  ": a byte-level vocabulary has one for each of the 256 bytes");
+    }
   }
 }
 

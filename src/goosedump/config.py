@@ -4,6 +4,8 @@ test models, are described by their own keys.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 
@@ -215,6 +217,10 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[G
 def check_tensors(f: GGUFFile, c: ModelConfig) -> None:
     """Every expected tensor present with an allowed type and the exact shape;
     no tensor the architecture does not have."""
+    per_layer = len(expected_tensors(dataclasses.replace(c, n_layer=1))) - 3    # less the 3 outside the layers
+    if c.n_layer * per_layer > len(f.tensors):        # before a loop over billions of layers
+        raise GGUFError(f"{f.path}: gpt-oss.block_count is {c.n_layer}, but the file holds {len(f.tensors)} tensors "
+                        f"(a layer has {per_layer})")
     expected = expected_tensors(c)
     for name, (dims, types) in expected.items():
         t = f.tensors.get(name)

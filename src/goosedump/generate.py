@@ -189,7 +189,10 @@ class Stepper:
         # goosedump.promptcache.PromptCache or None; a chat prompt's state is
         # kept at its last user message (the system prompt and tools before it)
         self.prompt_cache = prompt_cache
-        self._user_header = np.array([tokenizer.special_token("<|start|>"), *tokenizer.encode("user")], np.int64)
+        try:
+            self._user_header = np.array([tokenizer.special_token("<|start|>"), *tokenizer.encode("user")], np.int64)
+        except KeyError:                    # not a harmony vocabulary: no chat marks to keep
+            self._user_header = None
 
     def new(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams | None = None, *,
             profile: bool = False, record_routing: bool = False, **kw) -> Generation:
@@ -328,6 +331,8 @@ class Stepper:
         there is worth keeping: computed now, and not on disk yet."""
         from .promptcache import MIN_TOKENS
         p, h = gen.prompt_arr, self._user_header
+        if h is None:
+            return None
         starts = np.flatnonzero(p[:len(p) - len(h) + 1] == h[0]) if len(p) >= len(h) else []
         for b in reversed(starts):
             if np.array_equal(p[b:b + len(h)], h):

@@ -26,8 +26,18 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 
 
+def printable(text: str, limit: int = 2000) -> str:
+    """text with control characters escaped (\\n, \\x00, ...) and cut at limit."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
 class GGUFError(ValueError):
-    """A file that is not a well-formed GGUF file; the message names the file."""
+    """A file that is not a well-formed GGUF file; the message names the file,
+    as one printable line whatever names the file holds."""
+
+    def __init__(self, message: str):
+        super().__init__(printable(message))
 
 
 class ValueType(enum.IntEnum):

@@ -20,8 +20,17 @@ SUPPORTED_PRE = ("gpt-4o",)
 END_OF_GENERATION = ("<|return|>", "<|call|>", "<|endoftext|>")
 
 
+class MissingTokenError(GGUFError, KeyError):
+    """A special token the vocabulary lacks: a KeyError for lookups, and a
+    GGUFError naming the file where it ends a command."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 class Tokenizer:
     def __init__(self, f: GGUFFile):
+        self.path = f.path
         def need(key: str, kind: str):
             field = f.fields.get(key)
             if field is None:
@@ -115,7 +124,8 @@ class Tokenizer:
         try:
             return self._by_text[text]
         except KeyError:
-            raise KeyError(f"no special token {text!r} in this vocabulary") from None
+            raise MissingTokenError(f"{self.path}: the vocabulary has no special token {text!r} "
+                                    f"(tokenizer.ggml.tokens with token type CONTROL)") from None
 
     def split(self, text: str) -> list[str]:
         """The pre-tokenizer's pieces (for inspection and tests)."""
