@@ -25,7 +25,8 @@ from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
 from .params import check_text_fits, context_error, sampling_params, text_chars
-from .schemas import ChatBody, CompletionBody, Fields, ResponsesBody
+from .schemas import (CHAT_REPLY, COMPLETION_REPLY, ERROR_RESPONSES, RESPONSE_REPLY, ChatBody, CompletionBody, Fields, ResponsesBody,
+                      openapi_extra)
 
 
 class Server:
@@ -142,33 +143,33 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
     async def server_error(request, exc: Exception):
         return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
 
-    @app.get("/health")
+    @app.get("/health", responses=ERROR_RESPONSES)
     async def health():
         return {"status": "ok", "model": server.name}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=ERROR_RESPONSES)
     async def metrics():
         return PlainTextResponse(server.metrics.render(server.engine),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=ERROR_RESPONSES)
     async def models():
         return {"object": "list", "data": [server.model_card()]}
 
-    @app.get("/v1/models/{model_id:path}")
+    @app.get("/v1/models/{model_id:path}", responses=ERROR_RESPONSES)
     async def model_card(model_id: str):
         server.check_model(model_id)
         return server.model_card()
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=openapi_extra(ChatBody, CHAT_REPLY))
     async def chat(request: Request):
         return await chat_completions.handle(server, await parse_body(request, ChatBody, max_body_bytes, body_timeout), request)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=openapi_extra(CompletionBody, COMPLETION_REPLY))
     async def text_completions(request: Request):
         return await completions.handle(server, await parse_body(request, CompletionBody, max_body_bytes, body_timeout), request)
 
-    @app.post("/v1/responses")
+    @app.post("/v1/responses", openapi_extra=openapi_extra(ResponsesBody, RESPONSE_REPLY))
     async def responses_api(request: Request):
         return await responses.handle(server, await parse_body(request, ResponsesBody, max_body_bytes, body_timeout), request)
 

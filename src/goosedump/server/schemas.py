@@ -64,3 +64,46 @@ class ResponsesBody(Fields):
     text: Union[dict[str, Any], None] = None
     reasoning_budget: Union[int, None] = None
     metadata: Union[dict[str, Any], None] = None
+
+
+# --- the OpenAPI description (/openapi.json): the bodies above, the replies'
+# outline and OpenAI's error object; schemathesis fuzzes the server from it.
+
+MESSAGE = {"type": "object", "required": ["role"], "additionalProperties": True,
+           "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+                          "content": {"anyOf": [{"type": "string"}, {"type": "null"},
+                                                {"type": "array", "items": {"type": "object"}}]},
+                          "name": {"type": "string"}, "tool_call_id": {"type": "string"},
+                          "tool_calls": {"type": "array", "items": {"type": "object"}}}}
+ERROR = {"type": "object", "required": ["error"],
+         "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"],
+                                  "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                                                 "param": {"type": ["string", "null"]},
+                                                 "code": {"type": ["string", "null"]}}}}}
+ERROR_STATUSES = ("400", "401", "404", "408", "413", "422")
+# the errors every route may answer (a route's own come from openapi_extra)
+ERROR_RESPONSES = {int(code): {"description": "an error, as OpenAI answers it",
+                               "content": {"application/json": {"schema": ERROR}}}
+                   for code in ("401", "404")}
+
+
+def openapi_extra(body: type[BaseModel], reply: dict) -> dict:
+    """openapi_extra of a route that reads `body` itself (parse_body): its
+    request body and its answers, for /openapi.json."""
+    schema = body.model_json_schema()
+    if "messages" in schema["properties"]:
+        schema["properties"]["messages"] = {"type": "array", "items": MESSAGE, "minItems": 1}
+    json_or_sse = {"application/json": {"schema": reply}, "text/event-stream": {"schema": {"type": "string"}}}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+            "responses": {"200": {"description": "the reply (a stream of server-sent events when stream is true)",
+                                  "content": json_or_sse},
+                          **{code: {"description": "an error, as OpenAI answers it",
+                                    "content": {"application/json": {"schema": ERROR}}} for code in ERROR_STATUSES}}}
+
+
+CHAT_REPLY = {"type": "object", "required": ["id", "object", "choices", "usage"],
+              "properties": {"object": {"const": "chat.completion"}, "choices": {"type": "array", "minItems": 1}}}
+COMPLETION_REPLY = {"type": "object", "required": ["id", "object", "choices", "usage"],
+                    "properties": {"object": {"const": "text_completion"}, "choices": {"type": "array", "minItems": 1}}}
+RESPONSE_REPLY = {"type": "object", "required": ["id", "object", "output", "status"],
+                  "properties": {"object": {"const": "response"}, "output": {"type": "array"}}}
