@@ -32,6 +32,12 @@ SPECIALS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", 
             "<|endoftext|>", "<|startoftext|>", "<|reserved_200012|>", "<|", "|>"]
 
 
+# the bytes of a block that hold its codes, for the formats with a minimum
+# (ggml's layouts: Q4_1 d m qs; Q5_1 d m qh qs; Q2_K scales qs d dmin; Q4_K
+# d dmin scales qs; Q5_K d dmin scales qh qs)
+CODE_BYTES = {"q4_1": (4, 20), "q5_1": (8, 24), "q2_k": (16, 80), "q4_k": (16, 144), "q5_k": (16, 176)}
+
+
 class Finding(AssertionError):
     pass
 
@@ -94,9 +100,21 @@ def kernels_target(data: bytes) -> None:
     x = rng.standard_normal((n_tok, K)).astype(np.float32)
     exact = x.astype(np.float64) @ w.T
     scale = np.abs(x).astype(np.float64) @ np.abs(w).T + 1e-30
-    # int16 activations: each 32-value block in steps of (its max) / 2^14 at most
+    # int16 activations: each 32-value block in steps of (its max) / 2^14 at
+    # most. Formats with a minimum (w = a q + b) sum a q and b apart, so the
+    # bound counts |a q| + |b|, not |w|.
     block_max = np.repeat(np.abs(x).reshape(n_tok, -1, 32).max(axis=2), 32, axis=1).astype(np.float64)
-    scale_i16 = block_max @ np.abs(w).T + 1e-30
+    offset = np.zeros_like(w)
+    if fmt in CODE_BYTES:
+        a, b = CODE_BYTES[fmt]
+        blocks = raw.reshape(-1, block_bytes).copy()
+        blocks[:, a:b] = 0                       # no codes: each weight is its offset b
+        off = np.empty(n_rows * K, np.float32)
+        _kernels.dequantize(fmt, blocks.reshape(-1), off, "generic")
+        offset = off.reshape(n_rows, K).astype(np.float64)
+        if not np.isfinite(offset).all():
+            return
+    scale_i16 = block_max @ (np.abs(w - offset) + np.abs(offset)).T + 1e-30
     for impl in IMPLS:
         for acts in ("f32", "i16"):
             if acts == "i16" and fmt in ("F32", "F16", "BF16"):

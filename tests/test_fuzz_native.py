@@ -43,5 +43,10 @@ def test_saved_gguf_findings_stay_fixed(path):
     fuzz_targets.run_target(data)          # and end to end, as `goosedump run` opens it
 
 
+@pytest.mark.parametrize("path", corpus("kernels"), ids=os.path.basename)
+def test_saved_kernel_findings_stay_fixed(path):
+    fuzz_targets.kernels_target(read(path))
+
+
 def test_the_corpus_is_there():
     assert len(corpus("gguf")) >= 4

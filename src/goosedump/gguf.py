@@ -252,7 +252,7 @@ class GGUFFile:
         t = self.tensors[name]
         x = self.tensor(name)
         if t.type == GGMLType.F32:
-            return np.ascontiguousarray(x)
+            return np.require(x, np.float32, ["C", "A"])     # (a copy where the map is not aligned)
         if t.type == GGMLType.F16:
             return x.astype(np.float32)
         if t.type == GGMLType.BF16:

@@ -64,7 +64,7 @@ class Tokenizer:
         try:
             self._bpe = _kernels.BPE(f.buf, np.ascontiguousarray(tokens.starts),
                                      np.ascontiguousarray(tokens.lengths),
-                                     np.ascontiguousarray(types, dtype=np.int32))
+                                     np.require(types, np.int32, ["C", "A"]))   # aligned: the map may not be
         except ValueError as e:
             raise GGUFError(f"{f.path}: tokenizer.ggml.tokens: {e}") from None
         self.n_vocab = len(tokens)
