@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 namespace gd {
 
@@ -24,11 +25,29 @@ Impl resolve_impl(Impl requested) {
     if (!cpu_has_avx2()) throw std::invalid_argument("this CPU lacks AVX2/FMA/F16C; use impl='generic'");
     return Impl::Avx2;
   }
-  static const bool disabled = [] {
-    const char* v = std::getenv("GOOSEDUMP_NO_SIMD");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  // GOOSEDUMP_ISA=generic|avx2 forces a path (GOOSEDUMP_NO_SIMD=1: generic,
+  // the older spelling); unset or auto: the best the CPU has. A path the CPU
+  // lacks, or a name not known, is an error at the first kernel call.
+  static const Impl chosen = [] {
+    const char* no_simd = std::getenv("GOOSEDUMP_NO_SIMD");
+    if (no_simd != nullptr && no_simd[0] != '\0' && no_simd[0] != '0') return Impl::Generic;
+    const char* isa = std::getenv("GOOSEDUMP_ISA");
+    const std::string v = isa ? isa : "";
+    if (v.empty() || v == "auto") return cpu_has_avx2() ? Impl::Avx2 : Impl::Generic;
+    if (v == "generic") return Impl::Generic;
+    if (v == "avx2") {
+      if (!cpu_has_avx2()) return Impl::Auto;   // reported below
+      return Impl::Avx2;
+    }
+    return Impl::Auto;
   }();
-  return (!disabled && cpu_has_avx2()) ? Impl::Avx2 : Impl::Generic;
+  if (chosen == Impl::Auto) {
+    const char* isa = std::getenv("GOOSEDUMP_ISA");
+    throw std::invalid_argument(std::string("GOOSEDUMP_ISA=") + (isa ? isa : "") +
+                                ": expected auto, generic or avx2" +
+                                (cpu_has_avx2() ? "" : " (this CPU lacks AVX2/FMA/F16C: auto or generic)"));
+  }
+  return chosen;
 }
 
 }  // namespace gd

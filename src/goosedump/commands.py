@@ -402,8 +402,11 @@ def inspect_report(path: str, budget: int | str, ctx: int) -> dict:
         budget, note = auto.budget, auto.note
     mem = estimate_memory(c, lay, budget, ctx, model.options.prefill_tokens)
     tok = model.tokenizer
+    from . import _kernels
+    from .machine import cpu_description
     return {
         "path": path,
+        "cpu": cpu_description(), "kernels": _kernels.active_impl(),
         "architecture": "gpt-oss",
         "name": c.name,
         "open_seconds": round(open_s, 4),
@@ -458,6 +461,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"  rope base {h['rope_base']:g}, yarn factor {h['rope_scaling_factor']:g} "
           f"(original context {h['rope_original_context']}, beta {h['yarn_beta_fast']:g}/"
           f"{h['yarn_beta_slow']:g})")
+    print(f"  kernels: {r['kernels']} on {r['cpu']} (GOOSEDUMP_ISA=generic|avx2 forces a path)")
     t = r["tokenizer"]
     print(f"  vocabulary {t['vocab']} ({t['special_tokens']} special), bos {t['bos']}, eos {t['eos']}, "
           f"end of generation {t['end_of_generation']}")

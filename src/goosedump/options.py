@@ -10,6 +10,7 @@ Nothing else reads the environment for these.
 | activations   |                  | GOOSEDUMP_ACTIVATIONS         | i16                 |
 | read_threads  |                  | GOOSEDUMP_READ_THREADS        | 4                   |
 | prefetch      |                  |                               | on                  |
+| (kernels)     |                  | GOOSEDUMP_ISA                 | auto (generic, avx2)|
 | prompt_cache  | --prompt-cache   | GOOSEDUMP_PROMPT_CACHE        | off (the CLI: on)   |
 | prompt_cache_bytes | --prompt-cache-size | GOOSEDUMP_PROMPT_CACHE_SIZE | 4G             |
 """
@@ -24,6 +25,8 @@ from .budget import AUTO, SizeError, expert_cache_budget, parse_size
 ENV_ACTIVATIONS = "GOOSEDUMP_ACTIVATIONS"
 ENV_READ_THREADS = "GOOSEDUMP_READ_THREADS"
 ENV_PROMPT_CACHE = "GOOSEDUMP_PROMPT_CACHE"
+ENV_ISA = "GOOSEDUMP_ISA"      # read by the kernels (csrc/cpu.cpp); checked here for a clear error
+ISAS = ("auto", "generic", "avx2")
 ENV_PROMPT_CACHE_SIZE = "GOOSEDUMP_PROMPT_CACHE_SIZE"
 OFF = ("off", "none", "no", "0", "")
 # Precision of activations inside quantized products (csrc/matmul.h): "i16"
@@ -79,6 +82,9 @@ class Options:
         acts = env.get(ENV_ACTIVATIONS, "i16")
         if acts not in ACTIVATIONS:
             raise ValueError(f"{ENV_ACTIVATIONS}={acts!r}: expected one of {', '.join(ACTIVATIONS)}")
+        isa = env.get(ENV_ISA, "auto")
+        if isa not in ISAS:
+            raise ValueError(f"{ENV_ISA}={isa!r}: expected one of {', '.join(ISAS)}")
         raw = env.get(ENV_READ_THREADS, "4")
         try:
             read_threads = int(raw)
