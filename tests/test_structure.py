@@ -87,5 +87,5 @@ def test_the_plain_server_imports_no_ray(tiny_path):
 
 def test_the_version_is_the_packages():
     import tomllib
-    with open(os.path.join(PACKAGE, "..", "..", "pyproject.toml"), "rb") as f:
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
         assert tomllib.load(f)["project"]["version"] == goosedump.__version__
