@@ -71,7 +71,8 @@ class Engine:
         if self._closed:
             raise RuntimeError("the engine is closed")
         gen = self.model.stepper.new(prompt, max_tokens, sampling, profile=profile, time_budget=time_budget,
-                                     on_event=on_event, before_end=self._ended, constraint=constraint)
+                                     on_event=on_event, before_end=self._ended, constraint=constraint,
+                                     keep_whole_prompt=False)
         with self._lock:
             self._next_id += 1
             gen.id = self._next_id

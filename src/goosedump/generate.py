@@ -88,7 +88,8 @@ class Generation:
     def __init__(self, prompt: list[int], max_tokens: int, sampling: SamplingParams = GREEDY,
                  time_budget: float | None = None, ignore_eos: bool = False, reuse_cache: bool = True,
                  recorder: Recorder | None = None, on_event: Callable[["Generation", Event | None], None] | None = None,
-                 before_end: Callable[["Generation"], None] | None = None, id: int = 0, constraint=None):
+                 before_end: Callable[["Generation"], None] | None = None, id: int = 0, constraint=None,
+                 keep_whole_prompt: bool = True):
         self.prompt, self.max_tokens, self.sampling = prompt, max_tokens, sampling
         self.time_budget, self.ignore_eos, self.reuse_cache = time_budget, ignore_eos, reuse_cache
         self.recorder = recorder
@@ -112,6 +113,9 @@ class Generation:
         self.rng = make_rng(sampling)
         self.prompt_arr = np.asarray(prompt, dtype=np.int64)
         self.keep = False                   # put the prompt's state on disk when it ends
+        # with a prompt cache: keep the whole prompt's state too (the CLI: the
+        # same prompt again); the server keeps conversations as it sets them aside
+        self.keep_whole_prompt = keep_whole_prompt
         self.generated: list[int] = []
         self.decoder = None
         self.cached = 0
@@ -357,7 +361,8 @@ class Stepper:
                 pc.save(gen.prompt[:b], [snap[i][0] if i in snap else k for i, k in enumerate(cache.k)],
                         [snap[i][1] if i in snap else v for i, v in enumerate(cache.v)])
         saved = cache._saved
-        if len(gen.prompt) - gen.cached >= MIN_TOKENS and saved is not None and saved[0] == len(gen.prompt):
+        if gen.keep_whole_prompt and len(gen.prompt) - gen.cached >= MIN_TOKENS and saved is not None \
+                and saved[0] == len(gen.prompt):
             snap = {i: (k, v) for i, k, v in saved[1]}
             pc.save(gen.prompt, [snap[i][0] if i in snap else k for i, k in enumerate(cache.k)],
                     [snap[i][1] if i in snap else v for i, v in enumerate(cache.v)])

@@ -30,6 +30,7 @@ FORMAT = 1
 _HEAD = struct.Struct("<4sIQ")     # magic, format, header bytes
 SUFFIX = ".kv"
 MIN_TOKENS = 32                    # shorter prefixes are quicker to prefill than to look up
+MAX_ENTRIES = 256                  # a bound on the headers held and compared per lookup
 
 
 def default_folder() -> str:
@@ -65,6 +66,59 @@ class PromptCache:
         self.folder = os.path.join(folder, identity)
         self.identity, self.cap = identity, int(cap_bytes)
         self.restored = self.saved = self.rejected = 0
+        # The headers in memory, each file's read once: path -> (header, tokens,
+        # bytes), and the paths by their first MIN_TOKENS tokens (an entry can
+        # only serve a prompt that starts with them). Brought up to the folder
+        # when its mtime moves (other processes write it too).
+        self._index: dict[str, tuple[dict, np.ndarray, int]] = {}
+        self._by_start: dict[str, set[str]] = {}
+        self._folder_mtime: int | None = None
+
+    # -- the index
+    @staticmethod
+    def _start(tokens) -> str | None:
+        if len(tokens) < MIN_TOKENS:
+            return None
+        return hashlib.blake2b(np.asarray(tokens[:MIN_TOKENS], dtype=np.int64).tobytes(), digest_size=8).hexdigest()
+
+    def _add(self, path: str, head: dict, size: int) -> None:
+        toks = np.asarray(head.pop("tokens"), dtype=np.int64)     # held once, as an array
+        self._index[path] = (head, toks, size)
+        key = self._start(toks)
+        if key is not None:
+            self._by_start.setdefault(key, set()).add(path)
+
+    def _drop(self, path: str) -> None:
+        entry = self._index.pop(path, None)
+        if entry is not None:
+            key = self._start(entry[1])
+            if key in self._by_start:
+                self._by_start[key].discard(path)
+
+    def _sync(self) -> None:
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except FileNotFoundError:
+            self._index.clear()
+            self._by_start.clear()
+            self._folder_mtime = None
+            return
+        if mtime == self._folder_mtime:
+            return
+        names = set(self._entries())
+        for gone in set(self._index) - names:
+            self._drop(gone)
+        for path in names - set(self._index):
+            head = self._header(path)
+            if head is not None:
+                try:
+                    self._add(path, head, os.path.getsize(path))
+                except OSError:
+                    pass
+        try:
+            self._folder_mtime = os.stat(self.folder).st_mtime_ns
+        except FileNotFoundError:
+            self._folder_mtime = None
 
     # -- reading
     def _entries(self) -> list[str]:
@@ -94,6 +148,7 @@ class PromptCache:
 
     def _reject(self, path: str) -> None:
         self.rejected += 1
+        self._drop(path)
         try:
             os.unlink(path)
         except OSError:
@@ -103,13 +158,11 @@ class PromptCache:
         """The entry whose state, put into cache, leaves the longest prefix
         of prompt to reuse (more than `than` tokens, and at least one prompt
         token to run), with that length."""
+        self._sync()
         prompt = np.asarray(prompt, dtype=np.int64)
         found = None
-        for path in self._entries():
-            head = self._header(path)
-            if head is None:
-                continue
-            toks = np.asarray(head["tokens"], dtype=np.int64)
+        for path in sorted(self._by_start.get(self._start(prompt), ())):
+            head, toks, _ = self._index[path]
             n = min(len(toks), len(prompt) - 1)
             differ = np.flatnonzero(toks[:n] != prompt[:n])
             shared = int(differ[0]) if len(differ) else n
@@ -133,7 +186,8 @@ class PromptCache:
             arrays = self._load(path, head, cache)
             if arrays is not None:
                 break
-        n = len(head["tokens"])
+        toks = self._index[path][1] if path in self._index else np.zeros(0, np.int64)
+        n = len(toks)
         cache.truncate(0)
         for (ka, va), k, v in zip(arrays, cache.k, cache.v):
             # the last positions, as many as both the entry and this layer hold
@@ -141,7 +195,7 @@ class PromptCache:
             pos = np.arange(n - keep, n)
             k[pos % len(k)] = ka[len(ka) - keep:]
             v[pos % len(v)] = va[len(va) - keep:]
-        cache.n, cache.tokens = n, [int(t) for t in head["tokens"]]
+        cache.n, cache.tokens = n, toks.tolist()
         cache.save_window()
         os.utime(path)                        # most recently used
         self.restored += 1
@@ -150,7 +204,7 @@ class PromptCache:
     def _load(self, path: str, head: dict, cache: KVCache) -> list | None:
         """The entry's (keys, values) per layer, checked against its checksum
         and this cache's shapes; None (and the entry deleted) if they fail."""
-        n, layers = len(head["tokens"]), head["layers"]
+        n, layers = len(self._index[path][1]), head["layers"]
         try:
             if len(layers) != len(cache.k) or n > cache.n_ctx:
                 raise ValueError("another model's layers, or a longer context than this run's")
@@ -207,18 +261,25 @@ class PromptCache:
                 f.write(_HEAD.pack(MAGIC, FORMAT, len(head)))
                 f.write(head)
                 f.write(payload)
-            os.replace(tmp, os.path.join(self.folder, tokens_key(tokens) + SUFFIX))
+            path = os.path.join(self.folder, tokens_key(tokens) + SUFFIX)
+            os.replace(tmp, path)
         except OSError:
             return                            # a full or read-only disk costs the cache, not the run
         self.saved += 1
+        self._sync()
+        if path not in self._index:
+            entry = json.loads(head)
+            entry["offset"] = _HEAD.size + len(head)
+            self._add(path, entry, _HEAD.size + len(head) + len(payload))
         self._evict()
 
     def save_cache(self, cache: KVCache) -> None:
         self.save(cache.tokens[:cache.n], cache.k, cache.v)
 
     def _evict(self) -> None:
-        """Remove the least recently used entries past the cap (and temporary
-        files a killed writer left)."""
+        """Remove the least recently used entries past the cap."""
+        if sum(size for _, _, size in self._index.values()) <= self.cap and len(self._index) <= MAX_ENTRIES:
+            return
         entries = []
         for path in self._entries():
             try:
@@ -226,12 +287,14 @@ class PromptCache:
             except OSError:
                 continue
             entries.append((st.st_mtime, st.st_size, path))
-        total = sum(e[1] for e in entries)
+        total, count = sum(e[1] for e in entries), len(entries)
         for _, size, path in sorted(entries):
-            if total <= self.cap:
+            if total <= self.cap and count <= MAX_ENTRIES:
                 break
+            count -= 1
             try:
                 os.unlink(path)
             except OSError:
                 pass
+            self._drop(path)
             total -= size
