@@ -186,7 +186,7 @@ class PromptCache:
             arrays = self._load(path, head, cache)
             if arrays is not None:
                 break
-        toks = self._index[path][1] if path in self._index else np.zeros(0, np.int64)
+        toks = self._index[path][1]
         n = len(toks)
         cache.truncate(0)
         for (ka, va), k, v in zip(arrays, cache.k, cache.v):
@@ -266,11 +266,7 @@ class PromptCache:
         except OSError:
             return                            # a full or read-only disk costs the cache, not the run
         self.saved += 1
-        self._sync()
-        if path not in self._index:
-            entry = json.loads(head)
-            entry["offset"] = _HEAD.size + len(head)
-            self._add(path, entry, _HEAD.size + len(head) + len(payload))
+        self._sync()                          # (the folder moved: the new entry's header joins the index)
         self._evict()
 
     def save_cache(self, cache: KVCache) -> None:
