@@ -353,19 +353,20 @@ class Stepper:
         untouched by decoding)."""
         from .promptcache import MIN_TOKENS
         cache, pc = gen.cache, self.prompt_cache
-        rings = {i for i, _ in cache.rings}
+
+        def save(tokens, rings: dict) -> None:
+            """The full layers as they are, the sliding ones as `rings` copied them."""
+            pc.save(tokens, [rings[i][0] if i in rings else k for i, k in enumerate(cache.k)],
+                    [rings[i][1] if i in rings else v for i, v in enumerate(cache.v)])
         if cache.marked is not None:
             b, snap = cache.marked
             cache.marked = None
-            if len(snap) == len(rings):
-                pc.save(gen.prompt[:b], [snap[i][0] if i in snap else k for i, k in enumerate(cache.k)],
-                        [snap[i][1] if i in snap else v for i, v in enumerate(cache.v)])
+            if len(snap) == len(cache.rings):
+                save(gen.prompt[:b], snap)
         saved = cache._saved
         if gen.keep_whole_prompt and len(gen.prompt) - gen.cached >= MIN_TOKENS and saved is not None \
                 and saved[0] == len(gen.prompt):
-            snap = {i: (k, v) for i, k, v in saved[1]}
-            pc.save(gen.prompt, [snap[i][0] if i in snap else k for i, k in enumerate(cache.k)],
-                    [snap[i][1] if i in snap else v for i, v in enumerate(cache.v)])
+            save(gen.prompt, {i: (k, v) for i, k, v in saved[1]})
 
     def finish(self, gen: Generation, stop: str, eos: int | None = None) -> None:
         if gen.keep:
