@@ -15,6 +15,9 @@
 #include <immintrin.h>
 #define GD_X86 1
 #endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 namespace gd {
 namespace {
@@ -165,6 +168,32 @@ __attribute__((target("avx2,fma,f16c"))) void attend_task_avx2(const AttentionAr
 }
 #endif
 
+#if defined(__aarch64__)
+void to_f32_neon(const uint16_t* h, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
+  for (; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+}
+
+// Four accumulators of four lanes, added in a fixed order.
+float dot_neon(const float* a, const float* b, size_t d) {
+  float32x4_t acc[4] = {vdupq_n_f32(0.f), vdupq_n_f32(0.f), vdupq_n_f32(0.f), vdupq_n_f32(0.f)};
+  size_t i = 0;
+  for (; i + 16 <= d; i += 16)
+    for (int k = 0; k < 4; ++k) acc[k] = vfmaq_f32(acc[k], vld1q_f32(a + i + 4 * k), vld1q_f32(b + i + 4 * k));
+  for (; i + 4 <= d; i += 4) acc[0] = vfmaq_f32(acc[0], vld1q_f32(a + i), vld1q_f32(b + i));
+  float r = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+  for (; i < d; ++i) r += a[i] * b[i];
+  return r;
+}
+
+void axpy_neon(float w, const float* v, float* out, size_t d) {
+  size_t i = 0;
+  for (; i + 4 <= d; i += 4) vst1q_f32(out + i, vfmaq_n_f32(vld1q_f32(out + i), vld1q_f32(v + i), w));
+  for (; i < d; ++i) out[i] += w * v[i];
+}
+#endif
+
 }  // namespace
 
 void attention(const AttentionArgs& a, Impl impl) {
@@ -180,6 +209,9 @@ void attention(const AttentionArgs& a, Impl impl) {
   auto axpy = axpy_generic;
 #ifdef GD_X86
   if (which == Impl::Avx2) { to_f32 = to_f32_avx2; dot = dot_avx2; axpy = axpy_avx2; }
+#endif
+#if defined(__aarch64__)
+  if (which == Impl::Neon) { to_f32 = to_f32_neon; dot = dot_neon; axpy = axpy_neon; }
 #endif
   // One task per (query, kv head): the kv head's query heads share each key
   // and value row as it is read and converted from fp16.

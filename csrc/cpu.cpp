@@ -19,33 +19,75 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_neon() {
+#if defined(__aarch64__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+const char* impl_name(Impl impl) {
+  switch (impl) {
+    case Impl::Generic: return "generic";
+    case Impl::Avx2: return "avx2";
+    case Impl::Neon: return "neon";
+    default: return "auto";
+  }
+}
+
+const char* const* available_impls(int& count) {
+  static const char* const x86[] = {"generic", "avx2"};
+  static const char* const arm[] = {"generic", "neon"};
+  static const char* const plain[] = {"generic"};
+  if (cpu_has_avx2()) return count = 2, x86;
+  if (cpu_has_neon()) return count = 2, arm;
+  return count = 1, plain;
+}
+
+namespace {
+
+Impl best() { return cpu_has_avx2() ? Impl::Avx2 : cpu_has_neon() ? Impl::Neon : Impl::Generic; }
+
+bool runs_here(Impl impl) {
+  return impl == Impl::Generic || (impl == Impl::Avx2 && cpu_has_avx2()) || (impl == Impl::Neon && cpu_has_neon());
+}
+
+std::string expected() {
+  int n = 0;
+  const char* const* names = available_impls(n);
+  std::string s = "auto";
+  for (int i = 0; i < n; ++i) s += std::string(i + 1 < n ? ", " : " or ") + names[i];
+  return s;
+}
+
+}  // namespace
+
 Impl resolve_impl(Impl requested) {
   if (requested == Impl::Generic) return Impl::Generic;
-  if (requested == Impl::Avx2) {
-    if (!cpu_has_avx2()) throw std::invalid_argument("this CPU lacks AVX2/FMA/F16C; use impl='generic'");
-    return Impl::Avx2;
+  if (requested != Impl::Auto) {
+    if (!runs_here(requested))
+      throw std::invalid_argument(std::string("impl='") + impl_name(requested) +
+                                  "': this CPU cannot run it; expected " + expected());
+    return requested;
   }
-  // GOOSEDUMP_ISA=generic|avx2 forces a path (GOOSEDUMP_NO_SIMD=1: generic,
-  // the older spelling); unset or auto: the best the CPU has. A path the CPU
-  // lacks, or a name not known, is an error at the first kernel call.
+  // GOOSEDUMP_ISA=generic|avx2|neon forces a path (GOOSEDUMP_NO_SIMD=1:
+  // generic, the older spelling); unset or auto: the best the CPU has. A path
+  // the CPU lacks, or a name not known, is an error at the first kernel call.
   static const Impl chosen = [] {
     const char* no_simd = std::getenv("GOOSEDUMP_NO_SIMD");
     if (no_simd != nullptr && no_simd[0] != '\0' && no_simd[0] != '0') return Impl::Generic;
     const char* isa = std::getenv("GOOSEDUMP_ISA");
     const std::string v = isa ? isa : "";
-    if (v.empty() || v == "auto") return cpu_has_avx2() ? Impl::Avx2 : Impl::Generic;
-    if (v == "generic") return Impl::Generic;
-    if (v == "avx2") {
-      if (!cpu_has_avx2()) return Impl::Auto;   // reported below
-      return Impl::Avx2;
-    }
+    if (v.empty() || v == "auto") return best();
+    for (Impl i : {Impl::Generic, Impl::Avx2, Impl::Neon})
+      if (v == impl_name(i)) return runs_here(i) ? i : Impl::Auto;   // Auto: reported below
     return Impl::Auto;
   }();
   if (chosen == Impl::Auto) {
     const char* isa = std::getenv("GOOSEDUMP_ISA");
-    throw std::invalid_argument(std::string("GOOSEDUMP_ISA=") + (isa ? isa : "") +
-                                ": expected auto, generic or avx2" +
-                                (cpu_has_avx2() ? "" : " (this CPU lacks AVX2/FMA/F16C: auto or generic)"));
+    throw std::invalid_argument(std::string("GOOSEDUMP_ISA=") + (isa ? isa : "") + ": expected " + expected() +
+                                " on this CPU");
   }
   return chosen;
 }

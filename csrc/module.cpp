@@ -43,7 +43,8 @@ gd::Impl parse_impl(const std::string& impl) {
   if (impl == "auto") return gd::Impl::Auto;
   if (impl == "generic") return gd::Impl::Generic;
   if (impl == "avx2") return gd::Impl::Avx2;
-  throw std::invalid_argument("impl must be 'auto', 'generic' or 'avx2', got '" + impl + "'");
+  if (impl == "neon") return gd::Impl::Neon;
+  throw std::invalid_argument("impl must be 'auto', 'generic', 'avx2' or 'neon', got '" + impl + "'");
 }
 
 gd::Format parse_format(const std::string& fmt) { return gd::parse_format(fmt); }
@@ -268,8 +269,16 @@ NB_MODULE(_kernels, m) {
   // exit are not leaks worth a warning on every server shutdown.
   nb::set_leak_warnings(false);
   m.def("cpu_has_avx2", &gd::cpu_has_avx2, "True when the CPU supports AVX2, FMA and F16C.");
-  m.def("active_impl", [] { return gd::resolve_impl(gd::Impl::Auto) == gd::Impl::Avx2 ? "avx2" : "generic"; },
+  m.def("cpu_has_neon", &gd::cpu_has_neon, "True on AArch64 (Advanced SIMD).");
+  m.def("active_impl", [] { return gd::impl_name(gd::resolve_impl(gd::Impl::Auto)); },
         "The implementation 'auto' resolves to on this CPU and environment.");
+  m.def("available_impls", [] {
+    int n = 0;
+    const char* const* names = gd::available_impls(n);
+    nb::list out;
+    for (int i = 0; i < n; ++i) out.append(names[i]);
+    return out;
+  }, "The implementations this CPU can run: 'generic' first, the best last.");
   m.def("dequantize", &dequantize, "fmt"_a, "raw"_a, "out"_a, "impl"_a = "auto",
         "Dequantize blocks of any weight format (formats()) into a float32 array.");
   m.def("formats", [] {

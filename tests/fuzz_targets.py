@@ -26,7 +26,7 @@ import numpy as np
 from goosedump import _kernels
 from goosedump.gguf import BLOCK_SIZES, GGMLType, GGUFError
 
-IMPLS = ["generic"] + (["avx2"] if _kernels.cpu_has_avx2() else [])
+IMPLS = _kernels.available_impls()
 FORMATS = sorted(_kernels.formats())
 SPECIALS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>",
             "<|endoftext|>", "<|startoftext|>", "<|reserved_200012|>", "<|", "|>"]

@@ -13,7 +13,7 @@ from gguf import quants
 from goosedump import _kernels, randblocks
 from goosedump.gguf import BLOCK_SIZES, GGMLType
 
-IMPLS = ["generic"] + (["avx2"] if _kernels.cpu_has_avx2() else [])
+IMPLS = _kernels.available_impls()
 FORMATS = _kernels.formats()
 FLOATS = ("f32", "f16", "bf16")
 SUPER = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs")

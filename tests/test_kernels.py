@@ -6,7 +6,7 @@ from gguf import quants
 
 from goosedump import _kernels
 
-IMPLS = ["generic"] + (["avx2"] if _kernels.cpu_has_avx2() else [])
+IMPLS = _kernels.available_impls()
 
 
 def random_q8_0(rng, n_blocks):
@@ -49,5 +49,6 @@ def test_dequantize_rejects_bad_sizes():
         _kernels.dequantize("q8_0", np.zeros(34, np.uint8), np.zeros(32, np.float32), "sse9")
 
 
-def test_auto_picks_avx2_when_available():
-    assert _kernels.active_impl() == ("avx2" if _kernels.cpu_has_avx2() else "generic")
+def test_auto_picks_the_best_path_available():
+    best = "avx2" if _kernels.cpu_has_avx2() else "neon" if _kernels.cpu_has_neon() else "generic"
+    assert _kernels.active_impl() == best

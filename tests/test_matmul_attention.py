@@ -8,7 +8,7 @@ from gguf import quants
 
 from goosedump import _kernels
 
-IMPLS = ["generic"] + (["avx2"] if _kernels.cpu_has_avx2() else [])
+IMPLS = _kernels.available_impls()
 FORMATS = [("q8_0", QT.Q8_0), ("mxfp4", QT.MXFP4)]
 
 

@@ -10,7 +10,7 @@ Nothing else reads the environment for these.
 | activations   |                  | GOOSEDUMP_ACTIVATIONS         | i16                 |
 | read_threads  |                  | GOOSEDUMP_READ_THREADS        | 4                   |
 | prefetch      |                  |                               | on                  |
-| (kernels)     |                  | GOOSEDUMP_ISA                 | auto (generic, avx2)|
+| (kernels)     |                  | GOOSEDUMP_ISA                 | auto (generic, avx2, neon)|
 | prompt_cache  | --prompt-cache   | GOOSEDUMP_PROMPT_CACHE        | off (the CLI: on)   |
 | prompt_cache_bytes | --prompt-cache-size | GOOSEDUMP_PROMPT_CACHE_SIZE | 4G             |
 """
@@ -20,13 +20,15 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from . import _kernels
 from .budget import AUTO, SizeError, expert_cache_budget, parse_size
+from .machine import cpu_name
 
 ENV_ACTIVATIONS = "GOOSEDUMP_ACTIVATIONS"
 ENV_READ_THREADS = "GOOSEDUMP_READ_THREADS"
 ENV_PROMPT_CACHE = "GOOSEDUMP_PROMPT_CACHE"
 ENV_ISA = "GOOSEDUMP_ISA"      # read by the kernels (csrc/cpu.cpp); checked here for a clear error
-ISAS = ("auto", "generic", "avx2")
+ISAS = ("auto", "generic", "avx2", "neon")
 ENV_PROMPT_CACHE_SIZE = "GOOSEDUMP_PROMPT_CACHE_SIZE"
 OFF = ("off", "none", "no", "0", "")
 # Precision of activations inside quantized products (csrc/matmul.h): "i16"
@@ -85,6 +87,10 @@ class Options:
         isa = env.get(ENV_ISA, "auto")
         if isa not in ISAS:
             raise ValueError(f"{ENV_ISA}={isa!r}: expected one of {', '.join(ISAS)}")
+        here = ["auto", *_kernels.available_impls()]
+        if isa not in here:
+            raise ValueError(f"{ENV_ISA}={isa!r}: this CPU ({cpu_name()}) cannot run it; expected one of "
+                             f"{', '.join(here)}")
         raw = env.get(ENV_READ_THREADS, "4")
         try:
             read_threads = int(raw)

@@ -1,0 +1,251 @@
+// The row products in ARM NEON (AArch64 Advanced SIMD). See rows.h for the
+// contract.
+//
+// int16 activations: bit for bit the portable reference (rows_generic_i16).
+// Each chunk's integer sums are exact whatever the instructions (int8 codes
+// times int16 activations, widened, multiply-accumulated into int32 lanes,
+// then added across), and the float steps after them are the reference's own
+// scalar expressions in the reference's order. So this path inherits the
+// reference's batch invariance, and the tests compare it for equality.
+//
+// fp32 activations (plain-float weights, or GOOSEDUMP_ACTIVATIONS=f32): eight
+// 4-lane accumulators per token (products k = 0..7 of each block's groups of
+// four in accumulator k), summed in a fixed order: the same bits for a token
+// alone or in a tile, within the float tolerance of the reference.
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "formats.h"
+#include "matmul.h"
+#include "quants.h"
+#include "rows.h"
+
+namespace gd {
+namespace {
+
+// ---- int16 activations -------------------------------------------------------
+
+inline int8x16_t load_s8(const uint8_t* p) { return vld1q_s8(reinterpret_cast<const int8_t*>(p)); }
+
+// 16 bytes of 4-bit codes: low nibbles (codes 0..15) and high ones (16..31).
+inline void nibbles(const uint8_t* qs, uint8x16_t& lo, uint8x16_t& hi) {
+  const uint8x16_t x = vld1q_u8(qs);
+  lo = vandq_u8(x, vdupq_n_u8(0x0F));
+  hi = vshrq_n_u8(x, 4);
+}
+
+// 32 bytes' nibbles at `shift` (0: low, 4: high), codes 0..31 of a K-quant chunk.
+inline void nibbles32(const uint8_t* qs, int shift, int8x16_t& c0, int8x16_t& c1) {
+  const uint8x16_t a = vld1q_u8(qs), b = vld1q_u8(qs + 16), m = vdupq_n_u8(0x0F);
+  if (shift) {
+    c0 = vreinterpretq_s8_u8(vshrq_n_u8(a, 4));
+    c1 = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+  } else {
+    c0 = vreinterpretq_s8_u8(vandq_u8(a, m));
+    c1 = vreinterpretq_s8_u8(vandq_u8(b, m));
+  }
+}
+
+// The 32 int8 codes of chunk `sub` as two vectors that multiply the first
+// and the second 16 activations of the block's I16 form: codes 0..15 and
+// 16..31, or for MXFP4 the even codes and the odd ones (its activations are
+// stored even/odd, act_slot). The formats not unpacked here go through the
+// reference's chunk_codes (their codes are the same either way).
+template <Format F>
+inline void load_codes(const uint8_t* b, int sub, int8x16_t& c0, int8x16_t& c1) {
+  if constexpr (F == Format::Q8_0) {
+    c0 = load_s8(b + 2);
+    c1 = load_s8(b + 18);
+  } else if constexpr (F == Format::MXFP4 || F == Format::IQ4_NL || F == Format::IQ4_XS || F == Format::Q4_0 ||
+                       F == Format::Q4_1) {
+    uint8x16_t lo, hi;
+    nibbles(b + (F == Format::MXFP4 ? 1 : F == Format::Q4_1 ? 4 : F == Format::IQ4_XS ? 8 + 16 * sub : 2), lo, hi);
+    if constexpr (F == Format::Q4_0 || F == Format::Q4_1) {
+      const int8x16_t off = vdupq_n_s8(F == Format::Q4_0 ? 8 : 0);
+      c0 = vsubq_s8(vreinterpretq_s8_u8(lo), off);
+      c1 = vsubq_s8(vreinterpretq_s8_u8(hi), off);
+    } else {
+      const int8x16_t table = vld1q_s8(F == Format::MXFP4 ? kMxfp4Values : kIq4nlValues);
+      const int8x16_t v0 = vqtbl1q_s8(table, lo), v1 = vqtbl1q_s8(table, hi);
+      if constexpr (F == Format::MXFP4) {
+        c0 = vuzp1q_s8(v0, v1);   // codes 0, 2, .., 30
+        c1 = vuzp2q_s8(v0, v1);   // codes 1, 3, .., 31
+      } else {
+        c0 = v0;
+        c1 = v1;
+      }
+    }
+  } else if constexpr (F == Format::Q4_K) {
+    nibbles32(b + 16 + 32 * (sub / 2), 4 * (sub % 2), c0, c1);
+  } else if constexpr (F == Format::Q6_K) {
+    const int h = sub / 4, r = sub % 4;
+    int8x16_t l0, l1;
+    nibbles32(b + 64 * h + 32 * (r & 1), r >= 2 ? 4 : 0, l0, l1);
+    const uint8_t* qh = b + 128 + 32 * h;
+    const int8x16_t sh = vdupq_n_s8(int8_t(-2 * r)), three = vdupq_n_s8(3), k32 = vdupq_n_s8(32);
+    const int8x16_t h0 = vandq_s8(vreinterpretq_s8_u8(vshlq_u8(vld1q_u8(qh), sh)), three);
+    const int8x16_t h1 = vandq_s8(vreinterpretq_s8_u8(vshlq_u8(vld1q_u8(qh + 16), sh)), three);
+    c0 = vsubq_s8(vorrq_s8(l0, vshlq_n_s8(h0, 4)), k32);
+    c1 = vsubq_s8(vorrq_s8(l1, vshlq_n_s8(h1, 4)), k32);
+  } else {
+    int8_t q[32];
+    float d[2], m[2];
+    chunk_codes(F, b, sub, q, d, m);
+    c0 = vld1q_s8(q);
+    c1 = vld1q_s8(q + 16);
+  }
+}
+
+// The exact int32 sums of 16 codes times 16 int16 activations.
+inline int32_t dot16(int8x16_t c, const int16_t* q) {
+  const int16x8_t w0 = vmovl_s8(vget_low_s8(c)), w1 = vmovl_high_s8(c);
+  const int16x8_t a0 = vld1q_s16(q), a1 = vld1q_s16(q + 8);
+  int32x4_t s = vmull_s16(vget_low_s16(w0), vget_low_s16(a0));
+  s = vmlal_high_s16(s, w0, a0);
+  s = vmlal_s16(s, vget_low_s16(w1), vget_low_s16(a1));
+  s = vmlal_high_s16(s, w1, a1);
+  return vaddvq_s32(s);
+}
+
+// The scales and offsets of one chunk, as the reference finds them.
+template <Format F>
+inline void scales(const uint8_t* b, int sub, float d[2], float m[2]) {
+  if constexpr (F == Format::MXFP4) {
+    d[0] = d[1] = e8m0_to_fp32_half(b[0]);
+    m[0] = m[1] = 0.f;
+  } else {
+    chunk_scales(F, b, sub, d, m, fp16_to_fp32);
+  }
+}
+
+// One row against TT tokens: per chunk the exact integer sums, then the
+// reference's float steps (rows_generic_i16) for each token in turn.
+template <Format F, int TT>
+inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  constexpr bool split = halves_differ(F), mins = has_min(F);
+  float acc[TT], accm[TT];
+  for (int t = 0; t < TT; ++t) acc[t] = accm[t] = 0.f;
+  float d[2], m[2];
+  for (size_t c = 0; c < n_chunks; ++c) {
+    int sub;
+    const uint8_t* blk = chunk_block(F, row, c, sub);   // (sets sub)
+    scales<F>(blk, sub, d, m);
+    int8x16_t c0, c1;
+    load_codes<F>(blk, sub, c0, c1);
+    for (int t = 0; t < TT; ++t) {
+      const size_t at = c * TT + size_t(t);   // the tile's activations: block by block (act_block)
+      const int16_t* q = a.q + at * 32;
+      const int32_t s0 = dot16(c0, q), s1 = dot16(c1, q + 16);
+      const float da = a.d[at];
+      if constexpr (split) acc[t] += float(s0) * (d[0] * da) + float(s1) * (d[1] * da);
+      else acc[t] += float(s0 + s1) * (d[0] * da);
+      if constexpr (mins) accm[t] += (m[0] * float(a.s[2 * at]) + m[1] * float(a.s[2 * at + 1])) * da;
+    }
+  }
+  for (int t = 0; t < TT; ++t) out[t] = acc[t] + accm[t];
+}
+
+template <Format F>
+void rows_i16(const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y, size_t ldy,
+              const float* bias) {
+  const size_t nc = K / 32;
+  rows_by_tiles(F, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+    const I16Acts tile{a.q + t0 * K, a.d + t0 * nc, a.e ? a.e + t0 * nc : a.e, a.s ? a.s + 2 * t0 * nc : a.s};
+    row_tile_i16<F, TT>(row, nc, tile, out);
+  });
+}
+
+// ---- fp32 activations ---------------------------------------------------------
+
+// 32 weights of one block (or of 32 plain floats) as 8 x 4 floats: the plain
+// floats converted exactly, block formats dequantized as the reference does.
+template <Format F>
+inline void load_block(const uint8_t* blk, int sub, float32x4_t w[8]) {
+  if constexpr (F == Format::F32) {
+    for (int k = 0; k < 8; ++k) w[k] = vld1q_f32(reinterpret_cast<const float*>(blk) + 4 * k);
+  } else if constexpr (F == Format::F16) {
+    for (int k = 0; k < 8; ++k) w[k] = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk) + 4 * k)));
+  } else if constexpr (F == Format::BF16) {
+    for (int k = 0; k < 8; ++k)
+      w[k] = vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk) + 4 * k), 16));
+  } else {
+    alignas(16) float v[32];
+    int8_t q[32];
+    float d[2], m[2];
+    chunk_codes(F, blk, sub, q, d, m);
+    if constexpr (has_min(F))
+      for (int j = 0; j < 32; ++j) v[j] = d[j / 16] * float(q[j]) + m[j / 16];
+    else
+      for (int j = 0; j < 32; ++j) v[j] = d[j / 16] * float(q[j]);
+    for (int k = 0; k < 8; ++k) w[k] = vld1q_f32(v + 4 * k);
+  }
+}
+
+// One row against TT (1 or 2) tokens, eight accumulators each.
+template <Format F, int TT>
+inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, size_t ldx, float* out) {
+  float32x4_t acc[TT][8];
+  for (int t = 0; t < TT; ++t)
+    for (int k = 0; k < 8; ++k) acc[t][k] = vdupq_n_f32(0.f);
+  for (size_t b = 0; b < n_blocks; ++b) {
+    float32x4_t w[8];
+    int sub;
+    const uint8_t* blk = chunk_block(F, row, b, sub);   // (sets sub)
+    load_block<F>(blk, sub, w);
+    for (int t = 0; t < TT; ++t) {
+      const float* x = X + t * ldx + b * kBlock;
+      for (int k = 0; k < 8; ++k) acc[t][k] = vfmaq_f32(acc[t][k], w[k], vld1q_f32(x + 4 * k));
+    }
+  }
+  for (int t = 0; t < TT; ++t) {
+    float32x4_t s = vaddq_f32(vaddq_f32(vaddq_f32(acc[t][0], acc[t][1]), vaddq_f32(acc[t][2], acc[t][3])),
+                              vaddq_f32(vaddq_f32(acc[t][4], acc[t][5]), vaddq_f32(acc[t][6], acc[t][7])));
+    out[t] = vaddvq_f32(s);
+  }
+}
+
+template <Format F>
+void rows_f32(const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T, float* Y,
+              size_t ldy, const float* bias) {
+  const size_t rb = row_bytes(F, K), nb = K / 32;
+  for (size_t n = n0; n < n1; ++n) {
+    const uint8_t* row = W + n * rb;
+    const float b = bias ? bias[n] : 0.f;
+    for (size_t t0 = 0; t0 < T; t0 += 2) {
+      float tmp[2];
+      if (T - t0 >= 2) row_tile<F, 2>(row, nb, X + t0 * ldx, ldx, tmp);
+      else row_tile<F, 1>(row, nb, X + t0 * ldx, ldx, tmp);
+      for (size_t t = t0; t < std::min(T, t0 + 2); ++t) Y[t * ldy + n] = tmp[t - t0] + b;
+    }
+  }
+}
+
+}  // namespace
+
+void rows_neon_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                   float* Y, size_t ldy, const float* bias) {
+  switch (f) {
+#define CASE(F) case Format::F: return rows_i16<Format::F>(W, n0, n1, K, a, T, Y, ldy, bias);
+    CASE(Q4_0) CASE(Q4_1) CASE(Q5_0) CASE(Q5_1) CASE(Q8_0) CASE(Q2_K) CASE(Q3_K) CASE(Q4_K) CASE(Q5_K)
+    CASE(Q6_K) CASE(IQ4_NL) CASE(IQ4_XS) CASE(MXFP4)
+#undef CASE
+    default: throw std::invalid_argument(std::string("int16 activations: ") + info(f).name + " takes fp32 ones");
+  }
+}
+
+void rows_neon(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
+               float* Y, size_t ldy, const float* bias) {
+  switch (f) {
+#define CASE(F) case Format::F: return rows_f32<Format::F>(W, n0, n1, K, X, ldx, T, Y, ldy, bias);
+    CASE(F32) CASE(F16) CASE(BF16) CASE(Q4_0) CASE(Q4_1) CASE(Q5_0) CASE(Q5_1) CASE(Q8_0) CASE(Q2_K) CASE(Q3_K)
+    CASE(Q4_K) CASE(Q5_K) CASE(Q6_K) CASE(IQ4_NL) CASE(IQ4_XS) CASE(MXFP4)
+#undef CASE
+  }
+}
+
+}  // namespace gd
+#endif

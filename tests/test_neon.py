@@ -1,0 +1,204 @@
+"""The NEON kernels, on this x86 machine: the extension's own sources and
+tests/native/neon_check.cpp cross-compiled with aarch64-linux-gnu-g++ and run
+under qemu-aarch64 (Debian's g++-aarch64-linux-gnu and qemu-user, installed by
+.ci/run as the README says). Every weight format and both activation
+precisions, awkward sizes, and attention:
+
+- int16 activations: NEON equals the portable reference bit for bit, on the
+  same machine and against this machine's own extension (generic path);
+- fp32 activations: NEON within the float tolerance of float64, and a token
+  gives the same bits alone or in a batch (batch invariance);
+- attention: NEON within 1e-5 of the reference.
+
+Missing tools fail the test with the command that installs them: never a skip."""
+from __future__ import annotations
+
+import math
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from goosedump import _kernels, randblocks
+from goosedump.gguf import BLOCK_SIZES, GGMLType
+from test_formats import random_raw
+
+ROOT = Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
+INSTALL = "apt-get install g++-aarch64-linux-gnu qemu-user"
+# The extension's sources the check links, and those CMakeLists.txt compiles
+# with -ffp-contract=off (the rounding the reference's arithmetic depends on).
+SOURCES = ["cpu", "quants", "matmul", "threads", "attention", "formats", "rows_generic", "rows_neon", "rows_avx2"]
+NO_CONTRACT = {"formats", "rows_generic", "rows_neon", "rows_avx2"}
+FORMATS = _kernels.formats()
+FLOATS = ("f32", "f16", "bf16")
+SHAPES = [(1, 32, 1), (5, 64, 3), (17, 256, 8), (9, 512, 9), (33, 2880, 13)]
+
+
+def need(*tools: str) -> None:
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} not found: the NEON tests need `{INSTALL}`")
+
+
+@pytest.fixture(scope="module")
+def neon_check(tmp_path_factory) -> Path:
+    need(CXX, QEMU)
+    out = tmp_path_factory.mktemp("neon")
+    objs = []
+    procs = []
+    for name in SOURCES + ["native/neon_check"]:
+        src = (CSRC / f"{name}.cpp") if not name.startswith("native/") else ROOT / "tests" / f"{name}.cpp"
+        obj = out / (Path(name).name + ".o")
+        flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", f"-I{CSRC}"]
+        if name in NO_CONTRACT:
+            flags.append("-ffp-contract=off")
+        procs.append(subprocess.Popen([CXX, *flags, "-c", str(src), "-o", str(obj)], stderr=subprocess.PIPE,
+                                      text=True))
+        objs.append(str(obj))
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    exe = out / "neon_check"
+    subprocess.run([CXX, "-static", "-pthread", *objs, "-o", str(exe)], check=True, timeout=300)
+    return exe
+
+
+def run_cases(exe: Path, cases: bytes, tmp_path: Path) -> bytes:
+    src, dst = tmp_path / "cases.bin", tmp_path / "out.bin"
+    src.write_bytes(cases)
+    r = subprocess.run([QEMU, str(exe), str(src), str(dst)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return dst.read_bytes()
+
+
+def weights(rng, fmt: str, n: int, k: int) -> np.ndarray:
+    """Rows of realistic blocks (randblocks), the first rows random bytes with
+    extreme scales (test_formats.random_raw)."""
+    t = GGMLType[fmt.upper()]
+    per_row = k if fmt in FLOATS else k // BLOCK_SIZES[t][0]
+    rows = randblocks.blocks(t, rng, n * per_row, 0.02).reshape(n, -1)
+    rows[: min(2, n)] = random_raw(rng, fmt, min(2, n) * per_row).reshape(min(2, n), -1)
+    return np.ascontiguousarray(rows)
+
+
+def assert_same_bits(a: np.ndarray, b: np.ndarray, what: str) -> None:
+    """Bit for bit, a NaN matching any NaN (x86 and ARM make NaNs of
+    different signs from inf - inf)."""
+    nan = np.isnan(a)
+    np.testing.assert_array_equal(nan, np.isnan(b), err_msg=what)
+    np.testing.assert_array_equal(a.view(np.uint32)[~nan], b.view(np.uint32)[~nan], err_msg=what)
+
+
+def product_case(fmt_id: int, w: np.ndarray, x: np.ndarray, bias: np.ndarray, i16: bool) -> bytes:
+    n, t, k = w.shape[0], x.shape[0], x.shape[1]
+    return (struct.pack("<6i", 0, fmt_id, n, k, t, int(i16)) + w.tobytes() + x.astype("<f4").tobytes()
+            + bias.astype("<f4").tobytes())
+
+
+def test_products_of_every_format_equal_the_reference(neon_check, tmp_path):
+    rng = np.random.default_rng(11)
+    cases, inputs = [], []
+    for fmt in FORMATS:
+        for i16 in (True, False):
+            if i16 and fmt in FLOATS:
+                continue   # plain floats always take fp32 activations
+            for n, k, t in SHAPES:
+                if fmt in ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs") and k % 256:
+                    k = 256 * (k // 256 + 1)
+                w = weights(rng, fmt, n, k)
+                x = rng.standard_normal((t, k)).astype(np.float32)
+                x[0, :32] = 0                  # an all-zero activation block
+                x[-1, 32:] *= 1e3              # blocks of very different size
+                bias = rng.standard_normal(n).astype(np.float32)
+                cases.append(product_case(FORMATS.index(fmt), w, x, bias, i16))
+                inputs.append((fmt, i16, w, x, bias))
+    out = run_cases(neon_check, b"".join(cases), tmp_path)
+    at = 0
+    for fmt, i16, w, x, bias in inputs:
+        t, n = x.shape[0], w.shape[0]
+        neon, ref, alone = (np.frombuffer(out, "<f4", t * n, at + 4 * t * n * j).reshape(t, n) for j in range(3))
+        at += 12 * t * n
+        what = f"{fmt} {'i16' if i16 else 'f32'} {n}x{x.shape[1]}, {t} tokens"
+        # a token's sums are formed in the same order alone or in a batch
+        assert_same_bits(alone, neon, what)
+        here = np.empty((t, n), np.float32)
+        _kernels.matmul(fmt, w, x, here, bias, "generic", "i16" if i16 else "f32")
+        if i16:
+            # exact integer sums, then the reference's own float steps
+            assert_same_bits(neon, ref, what)
+            assert_same_bits(neon, here, what)
+        else:
+            wd = np.empty((n, x.shape[1]), np.float32)
+            _kernels.dequantize(fmt, w.reshape(-1), wd.reshape(-1), "generic")
+            with np.errstate(all="ignore"):   # random bytes may make inf weights (an E8M0 of 255)
+                x64, w64 = x.astype(np.float64), wd.astype(np.float64)
+                exact = x64 @ w64.T + bias
+                # fp32 accumulation: within ~sqrt(k) roundings of the sum of |terms|
+                tol = 8 * 2.0 ** -24 * math.sqrt(x.shape[1]) * (np.abs(x64) @ np.abs(w64).T) + 2.0 ** -23 * np.abs(bias)
+            ok = (np.abs(exact) < 1e37) & np.isfinite(tol)   # (beyond: float32 overflows, rightly)
+            assert ok.mean() > 0.5, what
+            assert np.all(np.abs(neon - exact)[ok] <= tol[ok]), what
+            assert np.all(np.abs(ref - exact)[ok] <= tol[ok]), what
+
+
+def fp16_bits(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float16).view(np.uint16)
+
+
+@pytest.mark.parametrize("T,H,KH,d,pos0,window,cap,sinks", [
+    (1, 64, 8, 64, 300, 128, 512, True),     # gpt-oss decode, a sliding layer
+    (7, 64, 8, 64, 20, 0, 64, True),         # prefill tokens, a full layer
+    (3, 4, 2, 36, 5, 4, 16, False),          # odd sizes, no sinks
+])
+def test_attention_equals_the_reference(neon_check, tmp_path, T, H, KH, d, pos0, window, cap, sinks):
+    rng = np.random.default_rng(T * 100 + H)
+    q = rng.standard_normal((T, H, d)).astype(np.float32)
+    k = fp16_bits(rng.standard_normal((cap, KH, d)))
+    v = fp16_bits(rng.standard_normal((cap, KH, d)))
+    s = rng.standard_normal(H).astype(np.float32)
+    case = (struct.pack("<10i", 1, T, H, d, cap, KH, d, pos0, window, int(sinks)) + q.tobytes() + k.tobytes()
+            + v.tobytes() + (s.tobytes() if sinks else b""))
+    out = run_cases(neon_check, case, tmp_path)
+    neon, ref = (np.frombuffer(out, "<f4", T * H * d, 4 * T * H * d * j).reshape(T, H, d) for j in range(2))
+    here = np.empty((T, H, d), np.float32)
+    _kernels.attention(q, k, v, s if sinks else None, pos0, window, 1 / math.sqrt(d), here, "generic")
+    np.testing.assert_allclose(neon, ref, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(neon, here, rtol=0, atol=1e-5)
+    assert np.abs(neon).max() > 0.01
+
+
+def test_every_source_of_the_extension_compiles_for_aarch64(tmp_path):
+    """The whole extension (bindings, tokenizer, the x86 files compiling to
+    nothing) is valid AArch64 C++, warnings as errors."""
+    import sysconfig
+
+    import nanobind
+    need(CXX)
+    subprocess.run([sys.executable, str(ROOT / "tools" / "gen_unicode_classes.py"),
+                    str(tmp_path / "unicode_classes.h")], check=True, timeout=300)
+    nb = Path(nanobind.include_dir())
+    flags = ["-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", f"-I{CSRC}",
+             f"-I{tmp_path}", f"-I{nb}", f"-I{nb.parent / 'ext' / 'robin_map' / 'include'}",
+             f"-I{sysconfig.get_paths()['include']}"]
+    procs = {src.name: subprocess.Popen([CXX, *flags, str(src)], stderr=subprocess.PIPE, text=True)
+             for src in sorted(CSRC.glob("*.cpp"))}
+    assert "module.cpp" in procs and "rows_neon.cpp" in procs
+    for name, p in procs.items():
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, f"{name}: {err}"
+
+
+def test_the_check_builds_from_the_extensions_sources():
+    """Every source CMakeLists.txt compiles with -ffp-contract=off is compiled
+    so here too, and every kernel source the check needs is in the build."""
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    for name in SOURCES:
+        assert f"csrc/{name}.cpp" in cmake
+    line = next(l for l in cmake.splitlines() if l.startswith("set_source_files_properties"))
+    assert {n for n in SOURCES if f"csrc/{n}.cpp" in line} == NO_CONTRACT
