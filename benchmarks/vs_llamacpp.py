@@ -9,7 +9,10 @@ processes used and flags a run as contaminated when they used more than 0.15
 of a core. It prints the CPU model and instruction sets, prefill and decode
 tokens/s and peak RSS per run, the ratios goosedump/llama.cpp with their
 spread, the bytes a decoded token reads, the memory bandwidth measured in the
-same run and the fraction of that bound each engine's decode reaches.
+same run and the fraction of that bound each engine's decode reaches; and
+the multiply-accumulates a prompt token costs, the rate each engine's prefill
+reaches and its fraction of the measured peak of goosedump's int16
+instruction (llama.cpp's 8-bit products have a peak twice that on AVX2).
 
 --baseline-python PY compares against another goosedump build instead (the
 interpreter of an environment where it is installed): new build / old build.
@@ -129,6 +132,24 @@ def decode_bytes_per_token(model_path: str, ctx: int) -> int:
     return dense + embd + experts + kv
 
 
+def prefill_macs_per_token(model_path: str, n_prompt: int) -> float:
+    """Multiply-accumulates a prompt token costs on average: every matrix of
+    a layer it passes (q, k, v, output, router, the chosen experts' gate, up
+    and down), and attention over the positions before it (the last
+    `window` on sliding layers); the output head runs for the last token
+    only, as in both engines' prefill."""
+    import goosedump
+    c = goosedump.load(model_path).config
+    D, q, kv = c.n_embd, c.n_head * c.head_dim, c.n_head_kv * (c.head_dim + c.value_dim)
+    matrices = D * q + D * kv + c.n_head * c.value_dim * D + D * c.n_expert
+    experts = c.n_expert_used * 3 * D * c.n_ff_expert
+    attention = 0.0
+    for i in range(c.n_layer):
+        seen = [min(p + 1, c.sliding_window) if c.is_sliding(i) else p + 1 for p in range(n_prompt)]
+        attention += sum(seen) / n_prompt * c.n_head * (c.head_dim + c.value_dim)
+    return c.n_layer * (matrices + experts) + attention + D * c.n_vocab / n_prompt
+
+
 def run_child(cmd: list[str]) -> dict:
     before = others_cpu()
     busy0, _ = cpu_jiffies()
@@ -198,6 +219,9 @@ def main() -> int:
                   f"{r['others_cpu_before']:.2f} before, {r['others_cpu_during']:.2f} during{flag}", flush=True)
     bw = max(bw_before, bandwidth_gbs(args.threads))
     per_token = decode_bytes_per_token(args.model, args.prompt_tokens + args.gen // 2)
+    from goosedump import _kernels
+    macs = prefill_macs_per_token(args.model, args.prompt_tokens)
+    peak, instruction, per_instruction = _kernels.peak_int16_macs()
     if other in runs and runs[other][0].get("build"):
         print(f"llama.cpp build {runs[other][0]['build']}, {runs[other][0].get('backends')}: "
               f"{runs[other][0].get('cpu_info')}")
@@ -205,7 +229,12 @@ def main() -> int:
           f"{args.threads} threads, {args.reps} alternating rep(s)")
     print(f"memory bandwidth (streaming read, {args.threads} threads): {bw:.1f} GB/s; a decoded token reads "
           f"{per_token / 1e9:.3f} GB -> bound {bw * 1e9 / per_token:.2f} tok/s")
-    print(f"{'engine':10s} {'prefill tok/s':>18s} {'decode tok/s':>18s} {'peak RSS MiB':>13s} {'of bound':>9s}")
+    print(f"a prompt token costs {macs / 1e9:.3f} G multiply-accumulates; goosedump's int16 products "
+          f"({_kernels.active_impl()}: {instruction}, {per_instruction} MACs each) peak at {peak / 1e9:.1f} G/s "
+          f"on one thread, measured: {args.threads * peak / 1e9:.1f} G/s on {args.threads} -> prefill bound "
+          f"{args.threads * peak / macs:.1f} tok/s")
+    print(f"{'engine':10s} {'prefill tok/s':>18s} {'decode tok/s':>18s} {'peak RSS MiB':>13s} {'of bound':>9s} "
+          f"{'prefill GMAC/s':>15s} {'of int16 peak':>14s}")
     summary = {}
     for engine, rs in runs.items():
         clean = [r for r in rs if not r["contaminated"]] or rs
@@ -213,10 +242,13 @@ def main() -> int:
         s["prefill_sd"] = statistics.stdev([r["prefill_tps"] for r in clean]) if len(clean) > 1 else 0.0
         s["decode_sd"] = statistics.stdev([r["decode_tps"] for r in clean]) if len(clean) > 1 else 0.0
         s["fraction_of_bound"] = s["decode_tps"] * per_token / (bw * 1e9)
+        s["prefill_gmacs"] = s["prefill_tps"] * macs / 1e9
+        s["fraction_of_int16_peak"] = s["prefill_tps"] * macs / (args.threads * peak)
         s["clean_runs"] = len([r for r in rs if not r["contaminated"]])
         summary[engine] = s
         print(f"{engine:10s} {s['prefill_tps']:10.2f} ± {s['prefill_sd']:5.2f} {s['decode_tps']:10.2f} ± "
-              f"{s['decode_sd']:5.2f} {s['peak_rss_mib']:13.0f} {100 * s['fraction_of_bound']:8.0f}%")
+              f"{s['decode_sd']:5.2f} {s['peak_rss_mib']:13.0f} {100 * s['fraction_of_bound']:8.0f}% "
+              f"{s['prefill_gmacs']:15.1f} {100 * s['fraction_of_int16_peak']:13.0f}%")
     ratios = {}
     if other in runs:
         pairs = [(g, o) for g, o in zip(runs["goosedump"], runs[other])
@@ -227,7 +259,9 @@ def main() -> int:
             print(f"goosedump / {other} {name:9s}: {statistics.mean(r):.2f}x (min {min(r):.2f}, "
                   f"max {max(r):.2f}, {len(pairs)} clean pair(s))")
     print(json.dumps({"cpu": cpu_description(), "summary": summary, "ratios": ratios, "bandwidth_gbs": bw,
-                      "decode_bytes_per_token": per_token, "prompt_tokens": args.prompt_tokens,
+                      "decode_bytes_per_token": per_token, "prefill_macs_per_token": macs,
+                      "int16_peak_macs_per_thread": peak, "kernels": _kernels.active_impl(),
+                      "prompt_tokens": args.prompt_tokens,
                       "gen": args.gen, "threads": args.threads, "reps": args.reps}))
     return 0
 

@@ -20,6 +20,7 @@
 #include "formats.h"
 #include "quants.h"
 #include "ops.h"
+#include "peak.h"
 #include "threads.h"
 
 namespace nb = nanobind;
@@ -302,6 +303,17 @@ NB_MODULE(_kernels, m) {
         "down_bias"_a, "h"_a,
         "experts"_a, "weights"_a, "out"_a, "alpha"_a, "limit"_a, "impl"_a = "auto", "acts"_a = "i16",
         "A layer's experts: out[t] = sum_j weights[t, j] * expert(experts[t, j])(h[t]), SwiGLU with clamp.");
+  m.def("peak_int16_macs", [](const std::string& impl, uint64_t iterations) {
+    const gd::Impl which = parse_impl(impl);
+    gd::PeakRate r;
+    {
+      nb::gil_scoped_release release;
+      r = gd::peak_int16_macs(which, iterations);
+    }
+    return std::make_tuple(r.macs_per_s, std::string(r.instruction), r.macs_per_instruction);
+  }, "impl"_a = "auto", "iterations"_a = 20000000,
+        "(int16 multiply-accumulates per second on one thread, the instruction, MACs per instruction): the peak "
+        "of the instruction the path's int16 products use, measured.");
   m.def("rms_norm", &rms_norm, "x"_a, "weight"_a, "eps"_a, "out"_a, "impl"_a = "auto",
         "out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, each row alone.");
   m.def("rope", &rope, "x"_a.noconvert(), "cos"_a, "sin"_a, "NeoX RoPE in place on x (T, heads, d).");

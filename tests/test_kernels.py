@@ -52,3 +52,15 @@ def test_dequantize_rejects_bad_sizes():
 def test_auto_picks_the_best_path_available():
     best = "avx2" if _kernels.cpu_has_avx2() else "neon" if _kernels.cpu_has_neon() else "generic"
     assert _kernels.active_impl() == best
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_peak_rate_names_the_paths_instruction(impl):
+    """The yardstick benchmarks/vs_llamacpp.py sets prefill against: a rate,
+    the instruction the path's int16 products use and its MACs."""
+    rate, instruction, per = _kernels.peak_int16_macs(impl, 100000)
+    assert rate > 0
+    assert (instruction, per) == {"generic": ("scalar multiply-add", 1), "avx2": ("vpmaddwd ymm (+ vpaddd)", 16),
+                                  "neon": ("smlal/smlal2 (int16 -> int32)", 4)}[impl]
+    with pytest.raises(ValueError, match="impl must be"):
+        _kernels.peak_int16_macs("sse9", 10)
