@@ -192,6 +192,68 @@ void axpy_neon(float w, const float* v, float* out, size_t d) {
   for (; i + 4 <= d; i += 4) vst1q_f32(out + i, vfmaq_n_f32(vld1q_f32(out + i), vld1q_f32(v + i), w));
   for (; i < d; ++i) out[i] += w * v[i];
 }
+
+inline float32x4_t half4(const uint16_t* h) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))); }
+
+// attend_group8_avx2's shape in NEON: a position's scores for the 8 heads as
+// two vectors (heads 0-3, 4-7), the softmax 8 heads at a time, the values
+// accumulated 8 dimensions x 8 heads in registers per pass. scores: [n][8].
+void attend_group8_neon(const AttentionArgs& a, size_t t, size_t kh, size_t lo, size_t n, float* scores) {
+  const size_t d = a.d, dv = a.dv, h0 = kh * 8;
+  const float* q = a.q + (t * a.H + h0) * d;   // the 8 heads' queries, contiguous
+  float32x4_t mx[2] = {vdupq_n_f32(-INFINITY), vdupq_n_f32(-INFINITY)};
+  for (size_t j = 0; j < n; ++j) {
+    const uint16_t* k = a.k + (((lo + j) % a.cap) * a.KH + kh) * d;
+    float32x4_t p[8];
+    for (int g = 0; g < 8; ++g) p[g] = vdupq_n_f32(0.f);
+    for (size_t c = 0; c < d; c += 4) {
+      const float32x4_t kv = half4(k + c);
+      for (int g = 0; g < 8; ++g) p[g] = vfmaq_f32(p[g], vld1q_f32(q + g * d + c), kv);
+    }
+    // eight dot products into two vectors, lane g for head g
+    for (int half = 0; half < 2; ++half) {
+      const float32x4_t* h = p + 4 * half;
+      const float32x4_t sc = vmulq_n_f32(vpaddq_f32(vpaddq_f32(h[0], h[1]), vpaddq_f32(h[2], h[3])), a.scale);
+      vst1q_f32(scores + j * 8 + 4 * half, sc);
+      mx[half] = vmaxq_f32(mx[half], sc);
+    }
+  }
+  // softmax over [scores..., sink] per head; the sink has no value
+  float inv[8];
+  for (int half = 0; half < 2; ++half) {
+    const float32x4_t sink = a.sinks ? vld1q_f32(a.sinks + h0 + 4 * half) : vdupq_n_f32(-INFINITY);
+    const float32x4_t m = vmaxq_f32(mx[half], sink);
+    float32x4_t denom = a.sinks ? exp_neg_neon(vsubq_f32(sink, m)) : vdupq_n_f32(0.f);
+    for (size_t j = 0; j < n; ++j) {
+      float* s = scores + j * 8 + 4 * half;
+      const float32x4_t e = exp_neg_neon(vsubq_f32(vld1q_f32(s), m));
+      vst1q_f32(s, e);
+      denom = vaddq_f32(denom, e);
+    }
+    vst1q_f32(inv + 4 * half, vdivq_f32(vdupq_n_f32(1.f), denom));
+  }
+  float* out = a.out + (t * a.H + h0) * dv;
+  for (size_t c = 0; c < dv; c += 8) {
+    float32x4_t acc[8][2];
+    for (int g = 0; g < 8; ++g) acc[g][0] = acc[g][1] = vdupq_n_f32(0.f);
+    for (size_t j = 0; j < n; ++j) {
+      const uint16_t* v = a.v + (((lo + j) % a.cap) * a.KH + kh) * dv + c;
+      const float32x4_t v0 = half4(v), v1 = half4(v + 4);
+      const float32x4_t w0 = vld1q_f32(scores + j * 8), w1 = vld1q_f32(scores + j * 8 + 4);
+      // (a lane index must be a constant)
+#define GD_HEAD(G, W, L)                                   \
+  acc[G][0] = vfmaq_laneq_f32(acc[G][0], v0, W, L);        \
+  acc[G][1] = vfmaq_laneq_f32(acc[G][1], v1, W, L);
+      GD_HEAD(0, w0, 0) GD_HEAD(1, w0, 1) GD_HEAD(2, w0, 2) GD_HEAD(3, w0, 3)
+      GD_HEAD(4, w1, 0) GD_HEAD(5, w1, 1) GD_HEAD(6, w1, 2) GD_HEAD(7, w1, 3)
+#undef GD_HEAD
+    }
+    for (int g = 0; g < 8; ++g) {
+      vst1q_f32(out + g * dv + c, vmulq_n_f32(acc[g][0], inv[g]));
+      vst1q_f32(out + g * dv + c + 4, vmulq_n_f32(acc[g][1], inv[g]));
+    }
+  }
+}
 #endif
 
 }  // namespace
@@ -228,6 +290,10 @@ void attention(const AttentionArgs& a, Impl impl) {
       return attend_group8_avx2(a, t, kh, lo, n, scores.data());
     if (which == Impl::Avx2 && a.d <= 256 && a.dv <= 256 && group <= 64)
       return attend_task_avx2(a, t, kh, lo, n, scores.data());
+#endif
+#if defined(__aarch64__)
+    if (which == Impl::Neon && group == 8 && a.d % 4 == 0 && a.dv % 8 == 0)
+      return attend_group8_neon(a, t, kh, lo, n, scores.data());
 #endif
     krow.resize(a.d);
     vrow.resize(a.dv);

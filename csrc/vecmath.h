@@ -1,5 +1,31 @@
-// Vector math shared by the kernels (AVX2).
+// Vector math shared by the kernels (AVX2, NEON).
 #pragma once
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+namespace gd {
+
+// e^x for x <= 0, 4 at a time: the same steps as exp_neg_avx2 below.
+inline float32x4_t exp_neg_neon(float32x4_t x) {
+  const float32x4_t lo = vdupq_n_f32(-87.0f);
+  const uint32x4_t keep = vcgeq_f32(x, lo);
+  x = vmaxq_f32(x, lo);
+  const float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
+  float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693145751953125f));
+  r = vfmsq_f32(r, n, vdupq_n_f32(1.428606765330187045e-06f));
+  float32x4_t p = vdupq_n_f32(1.0f / 720);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 120), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 24), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 6), p, r);
+  p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+  return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(vmulq_f32(p, vreinterpretq_f32_s32(e))), keep));
+}
+
+}  // namespace gd
+#endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
