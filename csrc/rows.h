@@ -69,6 +69,44 @@ inline void rows_by_tiles(Format f, const uint8_t* W, size_t n0, size_t n1, size
   }
 }
 
+// Rows [n0, n1) against fp32 activations in tiles of up to kFloatTile
+// tokens: tile(TT, row, X_t0, out) computes one row against tokens t0 ..
+// t0 + TT - 1 (the float kernels keep several accumulators per token, so
+// their tiles stay small enough for the registers).
+constexpr size_t kFloatTile = 2;
+
+template <class Tile>
+inline void rows_by_float_tiles(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X,
+                                size_t ldx, size_t T, float* Y, size_t ldy, const float* bias, Tile&& tile) {
+  const size_t rb = row_bytes(f, K);
+  float tmp[kFloatTile];
+  for (size_t n = n0; n < n1; ++n) {
+    const uint8_t* row = W + n * rb;
+    const float b = bias ? bias[n] : 0.f;
+    for (size_t t0 = 0; t0 < T; t0 += kFloatTile) {
+      if (T - t0 >= 2) tile(std::integral_constant<int, 2>{}, row, X + t0 * ldx, tmp);
+      else tile(std::integral_constant<int, 1>{}, row, X + t0 * ldx, tmp);
+      for (size_t t = t0; t < std::min(T, t0 + kFloatTile); ++t) Y[t * ldy + n] = tmp[t - t0] + b;
+    }
+  }
+}
+
+// Calls fn(std::integral_constant<Format, F>{}) for the format f: a path's
+// kernels instantiated once per format, the format a constant inside them.
+template <class Fn>
+inline void with_format(Format f, Fn&& fn) {
+  switch (f) {
+#define GD_FORMAT(F) case Format::F: return fn(std::integral_constant<Format, Format::F>{});
+    GD_FORMAT(F32) GD_FORMAT(F16) GD_FORMAT(BF16) GD_FORMAT(Q4_0) GD_FORMAT(Q4_1) GD_FORMAT(Q5_0) GD_FORMAT(Q5_1)
+    GD_FORMAT(Q8_0) GD_FORMAT(Q2_K) GD_FORMAT(Q3_K) GD_FORMAT(Q4_K) GD_FORMAT(Q5_K) GD_FORMAT(Q6_K)
+    GD_FORMAT(IQ4_NL) GD_FORMAT(IQ4_XS) GD_FORMAT(MXFP4)
+#undef GD_FORMAT
+  }
+}
+
+// The error of an int16 product asked of plain-float weights.
+[[noreturn]] void float_weights_take_f32(Format f);
+
 // The portable reference (rows_generic.cpp).
 void rows_generic(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx,
                   size_t T, float* Y, size_t ldy, const float* bias);

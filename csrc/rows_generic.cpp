@@ -1,6 +1,8 @@
 // The portable reference of the row products: any format, plain C++, a fixed
 // order of summation (the chunks in order). The SIMD kernels are tested
 // against these and against float64.
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "formats.h"
@@ -8,6 +10,10 @@
 #include "rows.h"
 
 namespace gd {
+
+void float_weights_take_f32(Format f) {
+  throw std::invalid_argument(std::string("int16 activations: ") + info(f).name + " takes fp32 ones");
+}
 
 // Dequantize one row, then plain fp32 dot products.
 void rows_generic(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx,

@@ -208,43 +208,27 @@ inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, size_t
   }
 }
 
-template <Format F>
-void rows_f32(const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T, float* Y,
-              size_t ldy, const float* bias) {
-  const size_t rb = row_bytes(F, K), nb = K / 32;
-  for (size_t n = n0; n < n1; ++n) {
-    const uint8_t* row = W + n * rb;
-    const float b = bias ? bias[n] : 0.f;
-    for (size_t t0 = 0; t0 < T; t0 += 2) {
-      float tmp[2];
-      if (T - t0 >= 2) row_tile<F, 2>(row, nb, X + t0 * ldx, ldx, tmp);
-      else row_tile<F, 1>(row, nb, X + t0 * ldx, ldx, tmp);
-      for (size_t t = t0; t < std::min(T, t0 + 2); ++t) Y[t * ldy + n] = tmp[t - t0] + b;
-    }
-  }
-}
 
 }  // namespace
 
 void rows_neon_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                    float* Y, size_t ldy, const float* bias) {
-  switch (f) {
-#define CASE(F) case Format::F: return rows_i16<Format::F>(W, n0, n1, K, a, T, Y, ldy, bias);
-    CASE(Q4_0) CASE(Q4_1) CASE(Q5_0) CASE(Q5_1) CASE(Q8_0) CASE(Q2_K) CASE(Q3_K) CASE(Q4_K) CASE(Q5_K)
-    CASE(Q6_K) CASE(IQ4_NL) CASE(IQ4_XS) CASE(MXFP4)
-#undef CASE
-    default: throw std::invalid_argument(std::string("int16 activations: ") + info(f).name + " takes fp32 ones");
-  }
+  with_format(f, [&](auto F) {
+    constexpr Format G = decltype(F)::value;
+    if constexpr (is_float(G)) float_weights_take_f32(f);
+    else rows_i16<G>(W, n0, n1, K, a, T, Y, ldy, bias);
+  });
 }
 
 void rows_neon(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
                float* Y, size_t ldy, const float* bias) {
-  switch (f) {
-#define CASE(F) case Format::F: return rows_f32<Format::F>(W, n0, n1, K, X, ldx, T, Y, ldy, bias);
-    CASE(F32) CASE(F16) CASE(BF16) CASE(Q4_0) CASE(Q4_1) CASE(Q5_0) CASE(Q5_1) CASE(Q8_0) CASE(Q2_K) CASE(Q3_K)
-    CASE(Q4_K) CASE(Q5_K) CASE(Q6_K) CASE(IQ4_NL) CASE(IQ4_XS) CASE(MXFP4)
-#undef CASE
-  }
+  with_format(f, [&](auto F) {
+    constexpr Format G = decltype(F)::value;
+    rows_by_float_tiles(f, W, n0, n1, K, X, ldx, T, Y, ldy, bias,
+                        [&](auto TT, const uint8_t* row, const float* x, float* out) {
+                          row_tile<G, decltype(TT)::value>(row, K / 32, x, ldx, out);
+                        });
+  });
 }
 
 }  // namespace gd
