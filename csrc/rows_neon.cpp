@@ -50,11 +50,22 @@ inline void nibbles32(const uint8_t* qs, int shift, int8x16_t& c0, int8x16_t& c1
   }
 }
 
+template <Format>
+constexpr bool kUnpacked = false;
+
+// Bits 0..15 of x as 16 bytes: 0x10 where the bit is set (Q5_0, Q5_1: the
+// codes' fifth bit).
+inline uint8x16_t fifth_bits(uint32_t x) {
+  const uint8x16_t bytes = vcombine_u8(vdup_n_u8(uint8_t(x)), vdup_n_u8(uint8_t(x >> 8)));
+  const uint8x16_t sel = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  return vandq_u8(vtstq_u8(bytes, sel), vdupq_n_u8(0x10));
+}
+
 // The 32 int8 codes of chunk `sub` as two vectors that multiply the first
 // and the second 16 activations of the block's I16 form: codes 0..15 and
 // 16..31, or for MXFP4 the even codes and the odd ones (its activations are
-// stored even/odd, act_slot). The formats not unpacked here go through the
-// reference's chunk_codes (their codes are the same either way).
+// stored even/odd, act_slot). The same codes as the reference's chunk_codes
+// (the tests compare the products bit for bit).
 template <Format F>
 inline void load_codes(const uint8_t* b, int sub, int8x16_t& c0, int8x16_t& c1) {
   if constexpr (F == Format::Q8_0) {
@@ -79,6 +90,31 @@ inline void load_codes(const uint8_t* b, int sub, int8x16_t& c0, int8x16_t& c1) 
         c1 = v1;
       }
     }
+  } else if constexpr (F == Format::Q5_0 || F == Format::Q5_1) {
+    constexpr bool one = F == Format::Q5_1;
+    uint32_t qh;
+    std::memcpy(&qh, b + (one ? 4 : 2), 4);
+    uint8x16_t lo, hi;
+    nibbles(b + (one ? 8 : 6), lo, hi);
+    const int8x16_t off = vdupq_n_s8(one ? 0 : 16);
+    c0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, fifth_bits(qh & 0xFFFF))), off);
+    c1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(hi, fifth_bits(qh >> 16))), off);
+  } else if constexpr (F == Format::Q2_K || F == Format::Q3_K) {
+    const uint8_t* qs = b + (F == Format::Q2_K ? 16 : 32) + 32 * (sub / 4);
+    const int8x16_t sh = vdupq_n_s8(int8_t(-2 * (sub % 4)));
+    const uint8x16_t three = vdupq_n_u8(3);
+    c0 = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(vld1q_u8(qs), sh), three));
+    c1 = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(vld1q_u8(qs + 16), sh), three));
+    if constexpr (F == Format::Q3_K) {   // minus 4 where the high-mask bit is clear
+      const uint8x16_t bit = vdupq_n_u8(uint8_t(1u << sub)), four = vdupq_n_u8(4);
+      c0 = vsubq_s8(c0, vreinterpretq_s8_u8(vbicq_u8(four, vtstq_u8(vld1q_u8(b), bit))));
+      c1 = vsubq_s8(c1, vreinterpretq_s8_u8(vbicq_u8(four, vtstq_u8(vld1q_u8(b + 16), bit))));
+    }
+  } else if constexpr (F == Format::Q5_K) {
+    nibbles32(b + 48 + 32 * (sub / 2), 4 * (sub % 2), c0, c1);
+    const uint8x16_t bit = vdupq_n_u8(uint8_t(1u << sub)), k16 = vdupq_n_u8(0x10);
+    c0 = vorrq_s8(c0, vreinterpretq_s8_u8(vandq_u8(vtstq_u8(vld1q_u8(b + 16), bit), k16)));
+    c1 = vorrq_s8(c1, vreinterpretq_s8_u8(vandq_u8(vtstq_u8(vld1q_u8(b + 32), bit), k16)));
   } else if constexpr (F == Format::Q4_K) {
     nibbles32(b + 16 + 32 * (sub / 2), 4 * (sub % 2), c0, c1);
   } else if constexpr (F == Format::Q6_K) {
@@ -92,11 +128,7 @@ inline void load_codes(const uint8_t* b, int sub, int8x16_t& c0, int8x16_t& c1) 
     c0 = vsubq_s8(vorrq_s8(l0, vshlq_n_s8(h0, 4)), k32);
     c1 = vsubq_s8(vorrq_s8(l1, vshlq_n_s8(h1, 4)), k32);
   } else {
-    int8_t q[32];
-    float d[2], m[2];
-    chunk_codes(F, b, sub, q, d, m);
-    c0 = vld1q_s8(q);
-    c1 = vld1q_s8(q + 16);
+    static_assert(kUnpacked<F>, "a block format without NEON unpacking");
   }
 }
 
