@@ -1,5 +1,6 @@
 #include "cpu.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -36,10 +37,10 @@ const char* impl_name(Impl impl) {
   }
 }
 
-const char* const* available_impls(int& count) {
-  static const char* const x86[] = {"generic", "avx2"};
-  static const char* const arm[] = {"generic", "neon"};
-  static const char* const plain[] = {"generic"};
+const Impl* available_impls(int& count) {
+  static const Impl x86[] = {Impl::Generic, Impl::Avx2};
+  static const Impl arm[] = {Impl::Generic, Impl::Neon};
+  static const Impl plain[] = {Impl::Generic};
   if (cpu_has_avx2()) return count = 2, x86;
   if (cpu_has_neon()) return count = 2, arm;
   return count = 1, plain;
@@ -47,17 +48,22 @@ const char* const* available_impls(int& count) {
 
 namespace {
 
-Impl best() { return cpu_has_avx2() ? Impl::Avx2 : cpu_has_neon() ? Impl::Neon : Impl::Generic; }
+Impl best() {
+  int n = 0;
+  return available_impls(n)[n - 1];
+}
 
 bool runs_here(Impl impl) {
-  return impl == Impl::Generic || (impl == Impl::Avx2 && cpu_has_avx2()) || (impl == Impl::Neon && cpu_has_neon());
+  int n = 0;
+  const Impl* paths = available_impls(n);
+  return std::find(paths, paths + n, impl) != paths + n;
 }
 
 std::string expected() {
   int n = 0;
-  const char* const* names = available_impls(n);
+  const Impl* paths = available_impls(n);
   std::string s = "auto";
-  for (int i = 0; i < n; ++i) s += std::string(i + 1 < n ? ", " : " or ") + names[i];
+  for (int i = 0; i < n; ++i) s += std::string(i + 1 < n ? ", " : " or ") + impl_name(paths[i]);
   return s;
 }
 

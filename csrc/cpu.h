@@ -14,8 +14,8 @@ bool cpu_has_neon();
 enum class Impl { Auto, Generic, Avx2, Neon };
 
 const char* impl_name(Impl impl);   // "generic", "avx2", "neon" ("auto" for Auto)
-// The paths this CPU can run, best last ("generic" first).
-const char* const* available_impls(int& count);
+// The paths this CPU can run: Generic first, the best last.
+const Impl* available_impls(int& count);
 
 // Resolve Auto against the CPU and the GOOSEDUMP_ISA (or GOOSEDUMP_NO_SIMD)
 // environment variable; throw std::invalid_argument if a path is asked for

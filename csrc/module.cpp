@@ -275,9 +275,9 @@ NB_MODULE(_kernels, m) {
         "The implementation 'auto' resolves to on this CPU and environment.");
   m.def("available_impls", [] {
     int n = 0;
-    const char* const* names = gd::available_impls(n);
+    const gd::Impl* paths = gd::available_impls(n);
     nb::list out;
-    for (int i = 0; i < n; ++i) out.append(names[i]);
+    for (int i = 0; i < n; ++i) out.append(gd::impl_name(paths[i]));
     return out;
   }, "The implementations this CPU can run: 'generic' first, the best last.");
   m.def("dequantize", &dequantize, "fmt"_a, "raw"_a, "out"_a, "impl"_a = "auto",

@@ -61,24 +61,24 @@ int32_t madd_generic(uint64_t n) {
 PeakRate peak_int16_macs(Impl impl, uint64_t iterations) {
   const Impl which = resolve_impl(impl);
   PeakRate r{0.0, "scalar multiply-add", 1};
+  int per_round = 1;   // MACs per chain per round of the loop
   volatile int32_t sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
 #if defined(__x86_64__) || defined(__i386__)
   if (which == Impl::Avx2) {
     sink = madd_avx2(iterations);
-    r.instruction = "vpmaddwd ymm (+ vpaddd)", r.macs_per_instruction = 16;
+    r.instruction = "vpmaddwd ymm (+ vpaddd)", r.macs_per_instruction = 16, per_round = 16;
   } else
 #endif
 #if defined(__aarch64__)
   if (which == Impl::Neon) {
     sink = mlal_neon(iterations);
-    r.instruction = "smlal/smlal2 (int16 -> int32)", r.macs_per_instruction = 4;
+    r.instruction = "smlal/smlal2 (int16 -> int32)", r.macs_per_instruction = 4, per_round = 8;
   } else
 #endif
     sink = madd_generic(iterations);
   (void)sink;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int per_round = which == Impl::Avx2 ? 16 : which == Impl::Neon ? 8 : 1;
   r.macs_per_s = double(iterations) * kChains * per_round / s;
   return r;
 }
