@@ -270,7 +270,7 @@ void attention(const AttentionArgs& a, Impl impl) {
   auto dot = dot_generic;
   auto axpy = axpy_generic;
 #ifdef GD_X86
-  if (which == Impl::Avx2) { to_f32 = to_f32_avx2; dot = dot_avx2; axpy = axpy_avx2; }
+  if (uses_avx2(which)) { to_f32 = to_f32_avx2; dot = dot_avx2; axpy = axpy_avx2; }
 #endif
 #if defined(__aarch64__)
   if (which == Impl::Neon) { to_f32 = to_f32_neon; dot = dot_neon; axpy = axpy_neon; }
@@ -286,9 +286,9 @@ void attention(const AttentionArgs& a, Impl impl) {
     thread_local std::vector<float> scores, krow, vrow;
     scores.resize(group * n);
 #ifdef GD_X86
-    if (which == Impl::Avx2 && group == 8 && a.d % 8 == 0 && a.dv % 16 == 0)
+    if (uses_avx2(which) && group == 8 && a.d % 8 == 0 && a.dv % 16 == 0)
       return attend_group8_avx2(a, t, kh, lo, n, scores.data());
-    if (which == Impl::Avx2 && a.d <= 256 && a.dv <= 256 && group <= 64)
+    if (uses_avx2(which) && a.d <= 256 && a.dv <= 256 && group <= 64)
       return attend_task_avx2(a, t, kh, lo, n, scores.data());
 #endif
 #if defined(__aarch64__)

@@ -20,6 +20,21 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_avx512() {
+#if defined(GOOSEDUMP_AVX512_EMULATED)
+  return cpu_has_avx2();   // tests/test_avx512.py: SIMDe's portable AVX-512 stands in for the instructions
+#elif defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    __builtin_cpu_init();   // (libgcc checks the OS saves the AVX-512 state too)
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_neon() {
 #if defined(__aarch64__)
   return true;
@@ -32,15 +47,17 @@ const char* impl_name(Impl impl) {
   switch (impl) {
     case Impl::Generic: return "generic";
     case Impl::Avx2: return "avx2";
+    case Impl::Avx512: return "avx512";
     case Impl::Neon: return "neon";
     default: return "auto";
   }
 }
 
 const Impl* available_impls(int& count) {
-  static const Impl x86[] = {Impl::Generic, Impl::Avx2};
+  static const Impl x86[] = {Impl::Generic, Impl::Avx2, Impl::Avx512};
   static const Impl arm[] = {Impl::Generic, Impl::Neon};
   static const Impl plain[] = {Impl::Generic};
+  if (cpu_has_avx512()) return count = 3, x86;
   if (cpu_has_avx2()) return count = 2, x86;
   if (cpu_has_neon()) return count = 2, arm;
   return count = 1, plain;
@@ -77,7 +94,7 @@ Impl resolve_impl(Impl requested) {
                                   "': this CPU cannot run it; expected " + expected());
     return requested;
   }
-  // GOOSEDUMP_ISA=generic|avx2|neon forces a path (GOOSEDUMP_NO_SIMD=1:
+  // GOOSEDUMP_ISA=generic|avx2|avx512|neon forces a path (GOOSEDUMP_NO_SIMD=1:
   // generic, the older spelling); unset or auto: the best the CPU has. A path
   // the CPU lacks, or a name not known, is an error at the first kernel call.
   static const Impl chosen = [] {
@@ -86,7 +103,7 @@ Impl resolve_impl(Impl requested) {
     const char* isa = std::getenv("GOOSEDUMP_ISA");
     const std::string v = isa ? isa : "";
     if (v.empty() || v == "auto") return best();
-    for (Impl i : {Impl::Generic, Impl::Avx2, Impl::Neon})
+    for (Impl i : {Impl::Generic, Impl::Avx2, Impl::Avx512, Impl::Neon})
       if (v == impl_name(i)) return runs_here(i) ? i : Impl::Auto;   // Auto: reported below
     return Impl::Auto;
   }();

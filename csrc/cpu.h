@@ -7,13 +7,18 @@ namespace gd {
 
 // True when the CPU (and OS) support AVX2, FMA and F16C.
 bool cpu_has_avx2();
+// True when the CPU (and OS) support AVX-512 F, BW and VL besides AVX2.
+bool cpu_has_avx512();
 // True on AArch64 (NEON with fp16 conversions is baseline there).
 bool cpu_has_neon();
 
 // Which implementation a kernel call uses.
-enum class Impl { Auto, Generic, Avx2, Neon };
+enum class Impl { Auto, Generic, Avx2, Avx512, Neon };
 
-const char* impl_name(Impl impl);   // "generic", "avx2", "neon" ("auto" for Auto)
+// The AVX-512 path runs the AVX2 kernels where it has none of its own.
+inline bool uses_avx2(Impl impl) { return impl == Impl::Avx2 || impl == Impl::Avx512; }
+
+const char* impl_name(Impl impl);   // "generic", "avx2", "avx512", "neon" ("auto" for Auto)
 // The paths this CPU can run: Generic first, the best last.
 const Impl* available_impls(int& count);
 

@@ -49,6 +49,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
   if (a.acts == Acts::I16) {
     const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data()};
 #ifdef GD_X86
+    if (impl == Impl::Avx512) return rows_avx512_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
     if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
 #endif
 #ifdef __aarch64__
@@ -57,7 +58,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
     return rows_generic_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
   }
 #ifdef GD_X86
-  if (impl == Impl::Avx2) return rows_avx2(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
+  if (uses_avx2(impl)) return rows_avx2(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
 #endif
 #ifdef __aarch64__
   if (impl == Impl::Neon) return rows_neon(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
@@ -130,7 +131,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void quantize_block_avx2(const f
 void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, int32_t* e,
                        bool even_odd, Impl impl) {
   const size_t nb = K / kBlock;
-  [[maybe_unused]] const bool avx2 = resolve_impl(impl) == Impl::Avx2;
+  [[maybe_unused]] const bool avx2 = uses_avx2(resolve_impl(impl));
   for (size_t t = 0; t < T; ++t) {
     for (size_t b = 0; b < nb; ++b) {
       const float* x = X + t * ldx + b * kBlock;

@@ -44,8 +44,9 @@ gd::Impl parse_impl(const std::string& impl) {
   if (impl == "auto") return gd::Impl::Auto;
   if (impl == "generic") return gd::Impl::Generic;
   if (impl == "avx2") return gd::Impl::Avx2;
+  if (impl == "avx512") return gd::Impl::Avx512;
   if (impl == "neon") return gd::Impl::Neon;
-  throw std::invalid_argument("impl must be 'auto', 'generic', 'avx2' or 'neon', got '" + impl + "'");
+  throw std::invalid_argument("impl must be 'auto', 'generic', 'avx2', 'avx512' or 'neon', got '" + impl + "'");
 }
 
 gd::Format parse_format(const std::string& fmt) { return gd::parse_format(fmt); }
@@ -270,6 +271,7 @@ NB_MODULE(_kernels, m) {
   // exit are not leaks worth a warning on every server shutdown.
   nb::set_leak_warnings(false);
   m.def("cpu_has_avx2", &gd::cpu_has_avx2, "True when the CPU supports AVX2, FMA and F16C.");
+  m.def("cpu_has_avx512", &gd::cpu_has_avx512, "True when the CPU supports AVX-512 F, BW and VL besides AVX2.");
   m.def("cpu_has_neon", &gd::cpu_has_neon, "True on AArch64 (Advanced SIMD).");
   m.def("active_impl", [] { return gd::impl_name(gd::resolve_impl(gd::Impl::Auto)); },
         "The implementation 'auto' resolves to on this CPU and environment.");

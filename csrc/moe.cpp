@@ -45,7 +45,7 @@ __attribute__((target("avx2,fma,f16c"))) void swiglu_avx2(const float* gate, con
 
 void swiglu(const float* gate, const float* up, size_t n, float alpha, float limit, float* out, Impl impl) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (impl == Impl::Avx2) return swiglu_avx2(gate, up, n, alpha, limit, out);
+  if (uses_avx2(impl)) return swiglu_avx2(gate, up, n, alpha, limit, out);
 #endif
   swiglu_generic(gate, up, n, alpha, limit, out);
 }

@@ -42,7 +42,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const float* a, const fl
 
 float dot(const float* a, const float* b, size_t n, Impl impl) {
 #ifdef GD_X86
-  if (impl == Impl::Avx2) return dot_avx2(a, b, n);
+  if (uses_avx2(impl)) return dot_avx2(a, b, n);
 #endif
   return dot_generic(a, b, n);
 }

@@ -27,6 +27,23 @@ __attribute__((target("avx2,fma,f16c"))) int32_t madd_avx2(uint64_t n) {
   for (int i = 1; i < kChains; ++i) s = _mm256_add_epi32(s, acc[i]);
   return _mm256_extract_epi32(s, 0);
 }
+
+#ifndef GOOSEDUMP_AVX512_EMULATED
+__attribute__((target("avx512f,avx512bw"))) int32_t madd_avx512(uint64_t n) {
+  __m512i acc[kChains], a[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_setzero_si512(), a[i] = _mm512_set1_epi16(int16_t(i + 1));
+  __m512i b = _mm512_set1_epi16(3);
+  for (uint64_t k = 0; k < n; ++k) {
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_add_epi32(acc[i], _mm512_madd_epi16(a[i], b));
+    __asm__ volatile("" : "+v"(b));
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_epi32(s, acc[i]);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, s);
+  return lanes[0];
+}
+#endif
 #endif
 
 #if defined(__aarch64__)
@@ -65,6 +82,12 @@ PeakRate peak_int16_macs(Impl impl, uint64_t iterations) {
   volatile int32_t sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
 #if defined(__x86_64__) || defined(__i386__)
+#ifndef GOOSEDUMP_AVX512_EMULATED
+  if (which == Impl::Avx512) {
+    sink = madd_avx512(iterations);
+    r.instruction = "vpmaddwd zmm (+ vpaddd)", r.macs_per_instruction = 32, per_round = 32;
+  } else
+#endif
   if (which == Impl::Avx2) {
     sink = madd_avx2(iterations);
     r.instruction = "vpmaddwd ymm (+ vpaddd)", r.macs_per_instruction = 16, per_round = 16;

@@ -96,14 +96,14 @@ static void dequantize_mxfp4_avx2(const uint8_t* src, float* out, size_t n_block
 
 void dequantize_q8_0(const uint8_t* src, float* out, size_t n_blocks, Impl impl) {
 #ifdef GD_X86
-  if (resolve_impl(impl) == Impl::Avx2) return dequantize_q8_0_avx2(src, out, n_blocks);
+  if (uses_avx2(resolve_impl(impl))) return dequantize_q8_0_avx2(src, out, n_blocks);
 #endif
   dequantize_q8_0_generic(src, out, n_blocks);
 }
 
 void dequantize_mxfp4(const uint8_t* src, float* out, size_t n_blocks, Impl impl) {
 #ifdef GD_X86
-  if (resolve_impl(impl) == Impl::Avx2) return dequantize_mxfp4_avx2(src, out, n_blocks);
+  if (uses_avx2(resolve_impl(impl))) return dequantize_mxfp4_avx2(src, out, n_blocks);
 #endif
   dequantize_mxfp4_generic(src, out, n_blocks);
 }

@@ -25,27 +25,31 @@ def test_the_path_forced_is_the_one_reported(tiny_path, isa):
 
 def test_auto_is_the_best_the_cpu_has(tiny_path):
     out = goosedump("inspect", tiny_path, "--json", GOOSEDUMP_ISA="auto")
-    best = "avx2" if _kernels.cpu_has_avx2() else "neon" if _kernels.cpu_has_neon() else "generic"
+    best = ("avx512" if _kernels.cpu_has_avx512() else "avx2" if _kernels.cpu_has_avx2() else
+            "neon" if _kernels.cpu_has_neon() else "generic")
     assert f'"kernels": "{best}"' in out.stdout
     assert _kernels.available_impls()[-1] == best
 
 
 def test_an_unknown_path_is_refused(tiny_path):
     out = goosedump("run", tiny_path, "-p", "hi", "-n", "2", GOOSEDUMP_ISA="sse9")
-    assert out.returncode == 2 and "GOOSEDUMP_ISA='sse9': expected one of auto, generic, avx2, neon" in out.stderr
+    assert out.returncode == 2 and "GOOSEDUMP_ISA='sse9': expected one of auto, generic, avx2, avx512, neon" in out.stderr
     assert "Traceback" not in out.stderr
 
 
-def test_a_path_this_cpu_lacks_is_refused(tiny_path):
-    other = "neon" if _kernels.cpu_has_avx2() else "avx2"
+LACKED = [p for p in ("generic", "avx2", "avx512", "neon") if p not in _kernels.available_impls()]
+
+
+@pytest.mark.parametrize("other", LACKED)
+def test_a_path_this_cpu_lacks_is_refused(tiny_path, other):
     out = goosedump("run", tiny_path, "-p", "hi", "-n", "2", GOOSEDUMP_ISA=other)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert f"GOOSEDUMP_ISA={other!r}: this CPU (" in out.stderr
     assert f"cannot run it; expected one of auto, {', '.join(_kernels.available_impls())}" in out.stderr
 
 
-def test_the_kernels_refuse_a_path_the_cpu_lacks():
-    other = "neon" if _kernels.cpu_has_avx2() else "avx2"
+@pytest.mark.parametrize("other", LACKED)
+def test_the_kernels_refuse_a_path_the_cpu_lacks(other):
     with pytest.raises(ValueError, match=f"impl='{other}': this CPU cannot run it"):
         _kernels.matmul("q8_0", np.zeros((1, 34), np.uint8), np.zeros((1, 32), np.float32),
                         np.zeros((1, 1), np.float32), None, other)

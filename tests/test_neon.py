@@ -1,5 +1,5 @@
 """The NEON kernels, on this x86 machine: the extension's own sources and
-tests/native/neon_check.cpp cross-compiled with aarch64-linux-gnu-g++ and run
+tests/native/path_check.cpp cross-compiled with aarch64-linux-gnu-g++ and run
 under qemu-aarch64 (Debian's g++-aarch64-linux-gnu and qemu-user, installed by
 .ci/run as the README says). Every weight format and both activation
 precisions, awkward sizes, and attention:
@@ -33,8 +33,9 @@ CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 INSTALL = "apt-get install g++-aarch64-linux-gnu qemu-user"
 # The extension's sources the check links, and those CMakeLists.txt compiles
 # with -ffp-contract=off (the rounding the reference's arithmetic depends on).
-SOURCES = ["cpu", "quants", "matmul", "threads", "attention", "formats", "rows_generic", "rows_neon", "rows_avx2"]
-NO_CONTRACT = {"formats", "rows_generic", "rows_neon", "rows_avx2"}
+SOURCES = ["cpu", "quants", "matmul", "threads", "attention", "formats", "rows_generic", "rows_neon", "rows_avx2",
+           "rows_avx512"]
+NO_CONTRACT = {"formats", "rows_generic", "rows_neon", "rows_avx2", "rows_avx512"}
 FORMATS = _kernels.formats()
 FLOATS = ("f32", "f16", "bf16")
 SHAPES = [(1, 32, 1), (5, 64, 3), (17, 256, 8), (9, 512, 9), (33, 2880, 13)]
@@ -52,10 +53,11 @@ def neon_check(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("neon")
     objs = []
     procs = []
-    for name in SOURCES + ["native/neon_check"]:
+    for name in SOURCES + ["native/path_check"]:
         src = (CSRC / f"{name}.cpp") if not name.startswith("native/") else ROOT / "tests" / f"{name}.cpp"
         obj = out / (Path(name).name + ".o")
-        flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", f"-I{CSRC}"]
+        flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", f"-I{CSRC}",
+                 "-DGD_PATH=Neon"]
         if name in NO_CONTRACT:
             flags.append("-ffp-contract=off")
         procs.append(subprocess.Popen([CXX, *flags, "-c", str(src), "-o", str(obj)], stderr=subprocess.PIPE,

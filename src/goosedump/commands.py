@@ -461,7 +461,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"  rope base {h['rope_base']:g}, yarn factor {h['rope_scaling_factor']:g} "
           f"(original context {h['rope_original_context']}, beta {h['yarn_beta_fast']:g}/"
           f"{h['yarn_beta_slow']:g})")
-    print(f"  kernels: {r['kernels']} on {r['cpu']} (GOOSEDUMP_ISA=generic|avx2|neon forces a path)")
+    print(f"  kernels: {r['kernels']} on {r['cpu']} (GOOSEDUMP_ISA=generic|avx2|avx512|neon forces a path)")
     t = r["tokenizer"]
     print(f"  vocabulary {t['vocab']} ({t['special_tokens']} special), bos {t['bos']}, eos {t['eos']}, "
           f"end of generation {t['end_of_generation']}")

@@ -10,7 +10,7 @@ Nothing else reads the environment for these.
 | activations   |                  | GOOSEDUMP_ACTIVATIONS         | i16                 |
 | read_threads  |                  | GOOSEDUMP_READ_THREADS        | 4                   |
 | prefetch      |                  |                               | on                  |
-| (kernels)     |                  | GOOSEDUMP_ISA                 | auto (generic, avx2, neon)|
+| (kernels)     |                  | GOOSEDUMP_ISA                 | auto (generic, avx2, avx512, neon)|
 | prompt_cache  | --prompt-cache   | GOOSEDUMP_PROMPT_CACHE        | off (the CLI: on)   |
 | prompt_cache_bytes | --prompt-cache-size | GOOSEDUMP_PROMPT_CACHE_SIZE | 4G             |
 """
@@ -28,7 +28,7 @@ ENV_ACTIVATIONS = "GOOSEDUMP_ACTIVATIONS"
 ENV_READ_THREADS = "GOOSEDUMP_READ_THREADS"
 ENV_PROMPT_CACHE = "GOOSEDUMP_PROMPT_CACHE"
 ENV_ISA = "GOOSEDUMP_ISA"      # read by the kernels (csrc/cpu.cpp); checked here for a clear error
-ISAS = ("auto", "generic", "avx2", "neon")
+ISAS = ("auto", "generic", "avx2", "avx512", "neon")
 ENV_PROMPT_CACHE_SIZE = "GOOSEDUMP_PROMPT_CACHE_SIZE"
 OFF = ("off", "none", "no", "0", "")
 # Precision of activations inside quantized products (csrc/matmul.h): "i16"

@@ -1,17 +1,20 @@
-// Runs the kernels' NEON path and the portable reference on the same inputs,
-// for tests/test_neon.py: cross-compiled with aarch64-linux-gnu-g++ and run
-// under qemu-aarch64 (built from the extension's own sources, no Python).
+// Runs one of the kernels' paths and the portable reference on the same
+// inputs, built from the extension's own sources (no Python) with the path
+// as GD_PATH: Neon for tests/test_neon.py (cross-compiled with
+// aarch64-linux-gnu-g++, run under qemu-aarch64), Avx512 for
+// tests/test_avx512.py (SIMDe's portable AVX-512 in place of the
+// instructions).
 //
-//   neon_check CASES OUT
+//   path_check CASES OUT
 //
 // CASES is a sequence of cases, each a header of little-endian int32s then
 // its data; OUT gets, per case, the results of every path as float32:
 //   kind 0, a product: fmt, N, K, T, acts (0 f32, 1 i16); N rows of weights
 //     (row_bytes each), T x K float activations, N float biases.
-//     Writes Y (T x N) for NEON, for the reference, and NEON token by token.
+//     Writes Y (T x N) for the path, for the reference, and the path token by token.
 //   kind 1, attention: T, H, d, cap, KH, dv, pos0, window, has_sinks; then
 //     q (T x H x d floats), k and v (cap x KH x d / dv fp16 bits), sinks (H
-//     floats, when has_sinks). Writes out (T x H x dv) for NEON and the
+//     floats, when has_sinks). Writes out (T x H x dv) for the path and the
 //     reference.
 #include <cstdint>
 #include <cstdio>
@@ -25,7 +28,13 @@
 #include "matmul.h"
 #include "threads.h"
 
+#ifndef GD_PATH
+#define GD_PATH Neon
+#endif
+
 namespace {
+
+constexpr gd::Impl kPath = gd::Impl::GD_PATH;
 
 struct Reader {
   FILE* f;
@@ -51,13 +60,13 @@ void product(Reader& r, FILE* out) {
   const auto W = r.array<uint8_t>(N * gd::row_bytes(f, K));
   const auto X = r.array<float>(T * K);
   const auto bias = r.array<float>(N);
-  std::vector<float> neon(T * N), ref(T * N), alone(T * N);
-  gd::matmul(f, W.data(), N, K, X.data(), K, T, neon.data(), N, bias.data(), gd::Impl::Neon, acts);
+  std::vector<float> path(T * N), ref(T * N), alone(T * N);
+  gd::matmul(f, W.data(), N, K, X.data(), K, T, path.data(), N, bias.data(), kPath, acts);
   gd::matmul(f, W.data(), N, K, X.data(), K, T, ref.data(), N, bias.data(), gd::Impl::Generic, acts);
   for (size_t t = 0; t < T; ++t)
-    gd::matmul(f, W.data(), N, K, X.data() + t * K, K, 1, alone.data() + t * N, N, bias.data(), gd::Impl::Neon,
+    gd::matmul(f, W.data(), N, K, X.data() + t * K, K, 1, alone.data() + t * N, N, bias.data(), kPath,
                acts);
-  write(out, neon);
+  write(out, path);
   write(out, ref);
   write(out, alone);
 }
@@ -74,12 +83,12 @@ void attention(Reader& r, FILE* out) {
   const auto s = r.array<float>(sinks ? a.H : 0);
   a.q = q.data(), a.k = k.data(), a.v = v.data(), a.sinks = sinks ? s.data() : nullptr;
   a.scale = 1.f / std::sqrt(float(a.d));
-  std::vector<float> neon(a.T * a.H * a.dv), ref(a.T * a.H * a.dv);
-  a.out = neon.data();
-  gd::attention(a, gd::Impl::Neon);
+  std::vector<float> path(a.T * a.H * a.dv), ref(a.T * a.H * a.dv);
+  a.out = path.data();
+  gd::attention(a, kPath);
   a.out = ref.data();
   gd::attention(a, gd::Impl::Generic);
-  write(out, neon);
+  write(out, path);
   write(out, ref);
 }
 
@@ -87,11 +96,11 @@ void attention(Reader& r, FILE* out) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: neon_check CASES OUT\n");
+    std::fprintf(stderr, "usage: path_check CASES OUT\n");
     return 2;
   }
-  if (gd::resolve_impl(gd::Impl::Auto) != gd::Impl::Neon) {
-    std::fprintf(stderr, "auto did not resolve to neon\n");
+  if (gd::resolve_impl(gd::Impl::Auto) != kPath) {
+    std::fprintf(stderr, "auto did not resolve to %s\n", gd::impl_name(kPath));
     return 1;
   }
   gd::set_num_threads(2);

@@ -1,0 +1,172 @@
+// The int16 row products in AVX-512 (F, BW, VL): a chunk's 32 weight codes
+// are one register of 32 int16, its 32 activations another, and one
+// vpmaddwd makes the chunk's 16 exact pair sums. The plain-float rows (fp32
+// activations) are AVX2's (rows_avx2.cpp): they are not this path's hot
+// kernels. See rows.h for the contract.
+//
+// Order of the float steps: per token, 16 lanes; lane l of a chunk is the
+// exact int32 sum of products 2l and 2l + 1 of the chunk's I16 form, scaled
+// (a format whose two halves have their own scales: lanes 0..7 by the first,
+// 8..15 by the second) and added into lane l of the token's accumulator,
+// chunk after chunk; at the row's end the 16 lanes are summed by one fixed
+// reduction and the minimums' terms added. A token's sums are formed the
+// same way alone or in a tile (batch invariance), within the int16 bound of
+// the reference, but not its bits: the reference sums a chunk before
+// scaling it.
+//
+// VNNI's vpdpwssd would fold the vpmaddwd into an int32 accumulation, but
+// every chunk here has its own float scale, so there is no int32 sum to
+// fold into: vpmaddwd is the instruction, and the path asks for F/BW/VL only.
+#if defined(__x86_64__) || defined(__i386__)
+// GCC 12's AVX-512 intrinsics initialize their undefined vectors from
+// themselves, which -W(maybe-)uninitialized reports once inlined into target-
+// attribute functions (GCC bug 105593, fixed in 13): a false alarm.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef GOOSEDUMP_AVX512_EMULATED
+#include <immintrin.h>
+// (tests/test_avx512.py compiles this file with GOOSEDUMP_AVX512_EMULATED and
+// SIMDe's portable AVX-512 in place of the instructions, on CPUs without
+// them: the functions then take AVX2's target)
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#else
+#define AVX512 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+#include <cstring>
+
+#include "formats.h"
+#include "matmul.h"
+#include "quants.h"
+#include "rows.h"
+#include "rows_x86.h"
+
+namespace gd {
+namespace {
+
+using namespace x86;
+
+// A chunk's 32 weight codes as 32 int16, in the order of the block's I16
+// activations. MXFP4: the even codes then the odd ones (act_slot), each
+// times 256 as in the AVX2 path (kMxfp4Scale divides it out): the 16 code
+// bytes in all four 128-bit lanes, the low nibbles indexing the value table
+// in lanes 0 and 2, the high ones in 1 and 3; a word's low byte shifted up
+// (lanes 0, 1) is an even code times 256, its high byte masked (lanes 2, 3)
+// an odd one.
+template <Format F>
+AVX512 inline __m512i codes16(const uint8_t* blk, int sub) {
+  if constexpr (F == Format::Q8_0) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
+  } else if constexpr (F == Format::MXFP4) {
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    const __m512i qs = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
+    const __m512i idx =
+        _mm512_and_si512(_mm512_srlv_epi64(qs, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
+    const __m512i w = _mm512_shuffle_epi8(table, idx);
+    const __m512i up = _mm512_inserti64x4(_mm512_set1_epi16(8), _mm256_setzero_si256(), 1);
+    return _mm512_and_si512(_mm512_sllv_epi16(w, up), _mm512_set1_epi16(int16_t(0xFF00)));
+  } else {
+    return _mm512_cvtepi8_epi16(codes8<F>(blk, sub));
+  }
+}
+
+// One chunk against TT tokens, into their accumulators (acc: 16 lanes each;
+// accm: the minimums' terms); a points at the chunk's run of the tile
+// (act_block); d and m: the chunk's scales and offsets.
+template <Format F, int TT>
+AVX512 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const float m[2], const I16Acts& a,
+                             __m512* acc, float* accm) {
+  const __m512i w = codes16<F>(blk, sub);
+  for (int t = 0; t < TT; ++t) {
+    const __m512 s = _mm512_cvtepi32_ps(_mm512_madd_epi16(w, _mm512_loadu_si512(a.q + t * 32)));
+    if constexpr (F == Format::MXFP4) {
+      acc[t] = _mm512_fmadd_ps(s, _mm512_set1_ps(kMxfp4Scale[blk[0] + a.e[t]]), acc[t]);
+    } else if constexpr (halves_differ(F)) {
+      const __m512 scale = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(d[0] * a.d[t]),
+                                                _mm512_set1_ps(d[1] * a.d[t]));
+      acc[t] = _mm512_fmadd_ps(s, scale, acc[t]);
+    } else {
+      acc[t] = _mm512_fmadd_ps(s, _mm512_set1_ps(d[0] * a.d[t]), acc[t]);
+    }
+    if constexpr (has_min(F)) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
+  }
+}
+
+AVX512 inline float half_avx512(uint16_t h) { return _cvtsh_ss(h); }
+
+// The scales of one 32-value block (the MXFP4 kernel takes its own from a table).
+template <Format F>
+AVX512 inline void block_scales(const uint8_t* blk, float d[2], float m[2]) {
+  d[0] = d[1] = m[0] = m[1] = 0.f;
+  if constexpr (F == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    d[0] = _cvtsh_ss(h);
+  } else if constexpr (F != Format::MXFP4) {
+    chunk_scales(F, blk, 0, d, m, half_avx512);
+  }
+}
+
+// The 16 lanes' sum, in a fixed order (halves, then quarters, ...).
+AVX512 inline float hsum16(__m512 v) {
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE)));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+// One row against TT tokens, one accumulator per token whatever the tile.
+// Super-blocks unpack their scales once for their eight chunks.
+template <Format F, int TT>
+AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  __m512 acc[TT];
+  float accm[TT];
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps(), accm[t] = 0.f;
+  auto at = [&](size_t c) {   // the tile's activations of chunk c (act_block)
+    return I16Acts{a.q + c * TT * 32, a.d ? a.d + c * TT : a.d, a.e ? a.e + c * TT : a.e,
+                   a.s ? a.s + 2 * c * TT : a.s};
+  };
+  if constexpr (block_values(F) == 256) {
+    float d[8][2], m[8][2];
+    for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
+      const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
+      superblock_scales(F, blk, d, m, half_avx512);
+      for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+    }
+  } else {
+    float d[2], m[2];
+#pragma GCC unroll 2
+    for (size_t c = 0; c < n_chunks; ++c) {
+      const uint8_t* blk = row + c * block_bytes(F);
+      block_scales<F>(blk, d, m);
+      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+    }
+  }
+  for (int t = 0; t < TT; ++t) out[t] = hsum16(acc[t]) + accm[t];
+}
+
+template <Format F>
+void rows_i16(const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y, size_t ldy,
+              const float* bias) {
+  const size_t nc = K / 32;
+  rows_by_tiles(F, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+    const I16Acts tile{a.q + t0 * K, a.d ? a.d + t0 * nc : a.d, a.e ? a.e + t0 * nc : a.e,
+                       a.s ? a.s + 2 * t0 * nc : a.s};
+    row_tile_i16<F, TT>(row, nc, tile, out);
+  });
+}
+
+}  // namespace
+
+void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                     float* Y, size_t ldy, const float* bias) {
+  with_format(f, [&](auto F) {
+    constexpr Format G = decltype(F)::value;
+    if constexpr (is_float(G)) float_weights_take_f32(f);
+    else rows_i16<G>(W, n0, n1, K, a, T, Y, ldy, bias);
+  });
+}
+
+}  // namespace gd
+#endif

@@ -1,0 +1,103 @@
+// Internal to the x86 row kernels (rows_avx2.cpp, rows_avx512.cpp): what
+// both paths share, the unpacking of each block format's codes into 32
+// bytes (AVX2 instructions, which the AVX-512 path widens to int16 in one
+// step) and MXFP4's scale table.
+#pragma once
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "formats.h"
+#include "quants.h"
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace gd {
+namespace x86 {
+
+// The scale of an MXFP4 block's sum in the I16 kernels, by table: the
+// weight scale e8m0_to_fp32_half(e) = 2^(e - 128) times the activation block
+// scale 2^-k, over the 256 the codes carry (see load_codes), is
+// 2^(e - 136 - k) = kMxfp4Scale[e + ActView::e[b]] with ActView::e[b] =
+// 128 - k. A broadcast load: no multiply and no register broadcast per block.
+struct Mxfp4ScaleTable {
+  float v[512];
+  Mxfp4ScaleTable() {
+    for (int i = 0; i < 512; ++i) v[i] = float(std::ldexp(1.0, i - 264));
+  }
+};
+inline const Mxfp4ScaleTable kMxfp4ScaleTable;
+inline const float* const kMxfp4Scale = kMxfp4ScaleTable.v;
+
+
+AVX2 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// 16 bytes of 4-bit codes as 32 bytes: the low nibbles (codes 0..15), then
+// the high ones (codes 16..31).
+AVX2 inline __m256i nibbles16(const uint8_t* qs) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
+}
+
+// 32 bytes' low (shift 0) or high (shift 4) nibbles.
+AVX2 inline __m256i nibbles32(const uint8_t* qs, int shift) {
+  return _mm256_and_si256(_mm256_srl_epi16(load256(qs), _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(0x0F));
+}
+
+// Bits n .. n + width - 1 of each of 32 bytes, in place at bit 0.
+AVX2 inline __m256i bits_of(const uint8_t* p, int n, int width) {
+  return _mm256_and_si256(_mm256_srl_epi16(load256(p), _mm_cvtsi32_si128(n)), _mm256_set1_epi8(char((1 << width) - 1)));
+}
+
+// Byte j: 0xFF where bit j of x is set.
+AVX2 inline __m256i bit_bytes(uint32_t x) {
+  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i sel = _mm256_set1_epi64x(int64_t(0x8040201008040201ULL));
+  const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(int(x)), shuf);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel);
+}
+
+// The 32 int8 codes of chunk `sub` of a block (formats.cpp's chunk_codes, in
+// registers).
+template <Format F>
+AVX2 inline __m256i codes8(const uint8_t* b, int sub) {
+  const __m256i iq4 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  if constexpr (F == Format::Q4_0) return _mm256_sub_epi8(nibbles16(b + 2), _mm256_set1_epi8(8));
+  if constexpr (F == Format::Q4_1) return nibbles16(b + 4);
+  if constexpr (F == Format::Q5_0 || F == Format::Q5_1) {
+    constexpr bool one = F == Format::Q5_1;
+    uint32_t qh;
+    std::memcpy(&qh, b + (one ? 4 : 2), 4);
+    const __m256i v = _mm256_or_si256(nibbles16(b + (one ? 8 : 6)),
+                                      _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10)));
+    return one ? v : _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+  }
+  if constexpr (F == Format::IQ4_NL) return _mm256_shuffle_epi8(iq4, nibbles16(b + 2));
+  if constexpr (F == Format::IQ4_XS) return _mm256_shuffle_epi8(iq4, nibbles16(b + 8 + 16 * sub));
+  if constexpr (F == Format::Q2_K) return bits_of(b + 16 + 32 * (sub / 4), 2 * (sub % 4), 2);
+  if constexpr (F == Format::Q3_K) {
+    const __m256i q = bits_of(b + 32 + 32 * (sub / 4), 2 * (sub % 4), 2);
+    const __m256i unset = _mm256_cmpeq_epi8(_mm256_and_si256(load256(b), _mm256_set1_epi8(char(1 << sub))),
+                                            _mm256_setzero_si256());
+    return _mm256_sub_epi8(q, _mm256_and_si256(unset, _mm256_set1_epi8(4)));
+  }
+  if constexpr (F == Format::Q4_K) return nibbles32(b + 16 + 32 * (sub / 2), 4 * (sub % 2));
+  if constexpr (F == Format::Q5_K)
+    return _mm256_or_si256(nibbles32(b + 48 + 32 * (sub / 2), 4 * (sub % 2)),
+                           _mm256_slli_epi16(bits_of(b + 16, sub, 1), 4));
+  if constexpr (F == Format::Q6_K) {
+    const int h = sub / 4, r = sub % 4;
+    const __m256i lo = nibbles32(b + 64 * h + 32 * (r & 1), r >= 2 ? 4 : 0);
+    const __m256i hi = _mm256_slli_epi16(bits_of(b + 128 + 32 * h, 2 * r, 2), 4);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+  }
+  return _mm256_setzero_si256();
+}
+
+}  // namespace x86
+}  // namespace gd
+#endif

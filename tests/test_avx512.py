@@ -1,0 +1,227 @@
+"""The AVX-512 kernels, on any x86 CPU with AVX2: the extension's own sources
+and tests/native/path_check.cpp built with GOOSEDUMP_AVX512_EMULATED, where
+SIMDe (Debian's libsimde-dev, installed by .ci/run as the README says)
+computes each AVX-512 intrinsic portably, lane by lane as the instruction
+would. The path is the one the extension runs on an AVX-512 CPU, where
+tests/test_formats.py and the others also run it natively (they take every
+path in _kernels.available_impls()).
+
+- int16 activations: within the int16 bound of float64 and close to the
+  portable reference; a token gives the same bits alone or in a batch
+  (batch invariance); the same integer sums as the reference (checked on
+  inputs whose float steps are exact, where every path must agree bit for
+  bit).
+
+Missing tools fail the test with the command that installs them: never a skip."""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from goosedump import _kernels, randblocks
+from goosedump.gguf import BLOCK_SIZES, GGMLType
+from test_neon import CSRC, FORMATS, FLOATS, ROOT, SOURCES, NO_CONTRACT, assert_same_bits, product_case
+
+CXX = "g++"
+SIMDE = Path("/usr/include/simde/x86/avx512.h")
+INSTALL = "apt-get install libsimde-dev"
+SHAPES = [(1, 32, 1), (5, 64, 3), (17, 256, 8), (9, 512, 9), (33, 2880, 13)]
+# every AVX-512 intrinsic, vector and mask type the kernels name
+INTRINSIC = re.compile(r"\b(_mm512_\w+|_mm256_maskz?_\w+|_mm_maskz?_\w+|__m512[id]?|__mmask(?:8|16|32|64))\b")
+
+
+# What the Debian version of SIMDe lacks, lane by lane as the instruction
+# does it (vcvtdq2ps: each int32 to the nearest float, ties to even, as C's
+# conversion rounds).
+MISSING = """
+#if !defined(simde_mm512_cvtepi32_ps)
+static inline simde__m512 simde_mm512_cvtepi32_ps(simde__m512i a) {
+  simde__m512i_private a_ = simde__m512i_to_private(a);
+  simde__m512_private r_;
+  for (int i = 0; i < 16; ++i) r_.f32[i] = (simde_float32)a_.i32[i];
+  return simde__m512_from_private(r_);
+}
+#endif
+"""
+
+
+def emulation_header(out: Path) -> Path:
+    """SIMDe's AVX-512 under the names the kernels use (SIMDe's own aliases
+    miss or misname a few in the Debian version)."""
+    names = sorted(set(INTRINSIC.findall((CSRC / "rows_avx512.cpp").read_text())))
+    assert "_mm512_madd_epi16" in names and "__m512i" in names
+    lines = ["#pragma once", "#include <simde/x86/avx512.h>", MISSING]
+    lines += [f"#undef {n}\n#define {n} simde{n}" for n in names]
+    path = out / "avx512_emulated.h"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def avx512_check(tmp_path_factory) -> Path:
+    if not SIMDE.exists():
+        pytest.fail(f"{SIMDE} not found: the AVX-512 tests need `{INSTALL}`")
+    assert shutil.which(CXX), f"{CXX} not found"
+    out = tmp_path_factory.mktemp("avx512")
+    shim = emulation_header(out)
+    objs, procs = [], []
+    for name in SOURCES + ["native/path_check"]:
+        src = (CSRC / f"{name}.cpp") if not name.startswith("native/") else ROOT / "tests" / f"{name}.cpp"
+        obj = out / (Path(name).name + ".o")
+        # -mavx2: SIMDe builds each 512-bit operation from two native 256-bit ones
+        flags = ["-std=c++17", "-O2", "-mavx2", "-mfma", "-mf16c", "-Wall", "-Wextra", "-Werror",
+                 "-Wno-unused-parameter", "-Wno-psabi", f"-I{CSRC}", "-DGD_PATH=Avx512",
+                 "-DGOOSEDUMP_AVX512_EMULATED"]
+        if name == "rows_avx512":
+            flags += ["-include", str(shim)]
+        if name in NO_CONTRACT:
+            flags.append("-ffp-contract=off")
+        procs.append(subprocess.Popen([CXX, *flags, "-c", str(src), "-o", str(obj)], stderr=subprocess.PIPE,
+                                      text=True))
+        objs.append(str(obj))
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    exe = out / "avx512_check"
+    subprocess.run([CXX, "-pthread", *objs, "-o", str(exe)], check=True, timeout=300)
+    return exe
+
+
+def run_cases(exe: Path, cases: bytes, tmp_path: Path) -> bytes:
+    src, dst = tmp_path / "cases.bin", tmp_path / "out.bin"
+    src.write_bytes(cases)
+    r = subprocess.run([str(exe), str(src), str(dst)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return dst.read_bytes()
+
+
+def results(out: bytes, inputs):
+    at = 0
+    for fmt, w, x, bias in inputs:
+        t, n = x.shape[0], w.shape[0]
+        path, ref, alone = (np.frombuffer(out, "<f4", t * n, at + 4 * t * n * j).reshape(t, n) for j in range(3))
+        at += 12 * t * n
+        yield fmt, w, x, bias, path, ref, alone, f"{fmt} {n}x{x.shape[1]}, {t} tokens"
+
+
+def padded(fmt: str, k: int) -> int:
+    return 256 * (k // 256 + 1) if fmt in ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs") and k % 256 else k
+
+
+BLOCK_FORMATS = [f for f in FORMATS if f not in FLOATS]
+
+
+def realistic(rng, fmt: str, n: int, k: int) -> np.ndarray:
+    """Rows of realistic blocks (randblocks; test_neon's weights() adds
+    random bytes, whose infinities no tolerance holds)."""
+    t = GGMLType[fmt.upper()]
+    return np.ascontiguousarray(randblocks.blocks(t, rng, n * k // BLOCK_SIZES[t][0], 0.02).reshape(n, -1))
+
+
+def test_int16_products_of_every_format(avx512_check, tmp_path):
+    rng = np.random.default_rng(12)
+    cases, inputs = [], []
+    for fmt in BLOCK_FORMATS:
+        for n, k, t in SHAPES:
+            k = padded(fmt, k)
+            w = realistic(rng, fmt, n, k)
+            x = rng.standard_normal((t, k)).astype(np.float32)
+            x[0, :32] = 0                  # an all-zero activation block
+            x[-1, 32:] *= 1e3              # blocks of very different size
+            bias = rng.standard_normal(n).astype(np.float32)
+            cases.append(product_case(FORMATS.index(fmt), w, x, bias, True))
+            inputs.append((fmt, w, x, bias))
+    out = run_cases(avx512_check, b"".join(cases), tmp_path)
+    for fmt, w, x, bias, path, ref, alone, what in results(out, inputs):
+        assert_same_bits(alone, path, what)       # batch invariance
+        here = np.empty_like(ref)
+        _kernels.matmul(fmt, w, x, here, bias, "generic", "i16")
+        assert_same_bits(ref, here, what)         # the check's reference is the extension's
+        n, k = w.shape[0], x.shape[1]
+        wd = np.empty((n, k), np.float32)
+        _kernels.dequantize(fmt, w.reshape(-1), wd.reshape(-1), "generic")
+        x64, w64 = x.astype(np.float64), wd.astype(np.float64)
+        exact = x64 @ w64.T + bias
+        # int16 activations: up to 2^-15 of each block's largest value per
+        # product; fp32 sums: ~sqrt(k) roundings of the sum of |terms|
+        blocks = np.abs(x64).reshape(x.shape[0], -1, 32).max(axis=2)
+        act_err = 2.0 ** -15 * np.repeat(blocks, 32, axis=1) @ np.abs(w64).T
+        tol = act_err + 8 * 2.0 ** -24 * math.sqrt(k) * (np.abs(x64) @ np.abs(w64).T) + 2.0 ** -23 * np.abs(bias)
+        assert np.all(np.abs(path - exact) <= tol), what
+        # the reference and this path differ only in the float steps' order
+        float_err = 8 * 2.0 ** -24 * math.sqrt(k) * (np.abs(x64) @ np.abs(w64).T) + 2.0 ** -23 * np.abs(bias)
+        assert np.all(np.abs(path - ref) <= 2 * float_err), what
+
+
+# Where each format keeps its fp16 scale (d) and minimum scale (m): the
+# exact test sets d to 2^-8 and m to 0 (ggml's block layouts; MXFP4: its E8M0 byte).
+SCALES = {"q4_0": (0, None), "q4_1": (0, 2), "q5_0": (0, None), "q5_1": (0, 2), "q8_0": (0, None),
+          "iq4_nl": (0, None), "iq4_xs": (0, None), "q2_k": (80, 82), "q3_k": (108, None), "q4_k": (0, 2),
+          "q5_k": (0, 2), "q6_k": (208, None), "mxfp4": (None, None)}
+
+
+def test_exact_float_steps_make_every_path_agree_bit_for_bit(avx512_check, tmp_path):
+    """Small integer activations (their int16 codes are exact) and weights
+    scaled by 2^-8 without minimums, so that every partial sum, in any order,
+    is exact in fp32: the path's result must be the exact value, as the
+    reference's is. A wrong code, a wrong scale, a lane summed twice or
+    missed would show."""
+    rng = np.random.default_rng(5)
+    cases, inputs = [], []
+    for fmt in BLOCK_FORMATS:
+        n, k, t = 7, padded(fmt, 512), 9
+        w = realistic(rng, fmt, n, k)
+        blocks = w.reshape(-1, BLOCK_SIZES[GGMLType[fmt.upper()]][1])   # (a view: edits w)
+        d_at, m_at = SCALES[fmt]
+        if d_at is not None:
+            blocks[:, d_at:d_at + 2] = np.frombuffer(np.float16(2.0 ** -8).tobytes(), np.uint8)
+        if m_at is not None:
+            blocks[:, m_at:m_at + 2] = 0
+        if fmt == "mxfp4":
+            blocks[:, 0] = 120                      # E8M0: codes (twice the E2M1 values) times 2^-8
+        x = rng.integers(-3, 4, (t, k)).astype(np.float32)
+        x[:, ::32] = 3                              # every block's largest |x| is 3: codes x 2^13, exact
+        bias = np.zeros(n, np.float32)
+        cases.append(product_case(FORMATS.index(fmt), w, x, bias, True))
+        inputs.append((fmt, w, x, bias))
+    out = run_cases(avx512_check, b"".join(cases), tmp_path)
+    for fmt, w, x, bias, path, ref, alone, what in results(out, inputs):
+        n, k = w.shape[0], x.shape[1]
+        wd = np.empty((n, k), np.float32)
+        _kernels.dequantize(fmt, w.reshape(-1), wd.reshape(-1), "generic")
+        w64 = wd.astype(np.float64)
+        exact = x.astype(np.float64) @ w64.T
+        # every partial sum exact: the weights multiples of 2^-g, the sum of |terms| below 2^(24 - g)
+        g = 8
+        assert np.all(w64 * 2.0 ** g == np.round(w64 * 2.0 ** g)), what
+        fine = np.abs(x.astype(np.float64)) @ np.abs(w64).T < 2.0 ** (24 - g)
+        assert fine.mean() > 0.9, what
+        np.testing.assert_array_equal(path[fine], exact[fine].astype(np.float32), err_msg=what)
+        np.testing.assert_array_equal(ref[fine], exact[fine].astype(np.float32), err_msg=what)
+        assert np.abs(exact[fine]).max() > 1, what
+
+
+def test_the_emulation_maps_every_intrinsic(tmp_path):
+    """The emulated build names SIMDe's version of every AVX-512 intrinsic
+    the kernels use, and SIMDe has each (a missing one fails the build: the
+    native intrinsic cannot be inlined into an AVX2 function)."""
+    text = emulation_header(tmp_path).read_text()
+    for name in ("_mm512_madd_epi16", "_mm512_cvtepi8_epi16", "_mm512_fmadd_ps", "_mm512_shuffle_epi8"):
+        assert f"#define {name} simde{name}" in text
+    simde = "".join(p.read_text(errors="replace") for p in SIMDE.parent.joinpath("avx512").glob("*.h"))
+    for name in re.findall(r"#define (_mm\w+) ", text):
+        assert f"simde{name}" in simde + MISSING, name
+
+
+def test_the_path_is_offered_only_where_the_cpu_has_it():
+    flags = Path("/proc/cpuinfo").read_text().split("\nflags")[1].split("\n")[0].split()
+    has = {"avx512f", "avx512bw", "avx512vl"} <= set(flags) and "avx2" in flags
+    assert ("avx512" in _kernels.available_impls()) == has
+    if has:
+        assert _kernels.available_impls()[-1] == "avx512"
