@@ -1,0 +1,73 @@
+"""The kernels' paths side by side on this CPU: each SIMD path this CPU runs
+(`_kernels.available_impls()`, the portable reference left out unless asked)
+times the int16 products of gpt-oss's hot shapes, alternating path by path
+in one process so that a noisy machine slows them alike, and prints each
+path's rate, its ratio to AVX2 (or the first path) and its fraction of its
+own instruction's measured peak (`_kernels.peak_int16_macs`).
+
+Shapes: an MXFP4 expert matrix (2880 x 2880, the 20b's and 120b's hidden
+size) at one token (decode) and at 128 tokens (prefill); a Q8_0 attention
+projection (4096 x 2880) likewise. Matrices rotate through more memory than
+the L3 holds at one token, as decode's experts do.
+
+usage: python benchmarks/kernel_paths.py [--threads N] [--reps R] [--with-generic]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from goosedump import _kernels, randblocks
+from goosedump.gguf import GGMLType
+from goosedump.machine import cpu_name
+
+SHAPES = [("mxfp4", 2880, 2880, 1), ("mxfp4", 2880, 2880, 128), ("q8_0", 4096, 2880, 1), ("q8_0", 4096, 2880, 128)]
+
+
+def matrices(fmt: str, n: int, k: int, count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    t = GGMLType[fmt.upper()]
+    return [randblocks.blocks(t, rng, n * k // 32, 0.05).reshape(n, -1) for _ in range(count)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=0, help="threads (default: one per core)")
+    ap.add_argument("--reps", type=int, default=5, help="alternating rounds per shape (the best is kept)")
+    ap.add_argument("--with-generic", action="store_true", help="time the portable reference too (slow)")
+    args = ap.parse_args()
+    if args.reps < 1:
+        ap.error(f"--reps must be at least 1, got {args.reps}")
+    if args.threads:
+        _kernels.set_num_threads(args.threads)
+    paths = [p for p in _kernels.available_impls() if args.with_generic or p != "generic"]
+    base = "avx2" if "avx2" in paths else paths[0]
+    print(f"CPU: {cpu_name()}; paths: {', '.join(paths)}; threads: {_kernels.num_threads()}")
+    peaks = {p: _kernels.peak_int16_macs(p, 2_000_000) for p in paths}
+    for p, r in peaks.items():
+        print(f"  {p}: peak {r[0] / 1e9:.1f} GMAC/s per thread ({r[1]})")
+    print(f"{'shape':<28} " + " ".join(f"{p + ' GMAC/s':>14} {'x ' + base:>8} {'% peak':>7}" for p in paths))
+    for fmt, n, k, t in SHAPES:
+        count = 24 if t == 1 else 2      # one token: more than an L3 of weights in rotation
+        mats = matrices(fmt, n, k, count)
+        x = np.random.default_rng(1).standard_normal((t, k)).astype(np.float32)
+        y = np.empty((t, n), np.float32)
+        best = {p: float("inf") for p in paths}
+        for _ in range(args.reps):
+            for p in paths:
+                _kernels.matmul(fmt, mats[0], x, y, None, p)   # warm
+                t0 = time.perf_counter()
+                for w in mats:
+                    _kernels.matmul(fmt, w, x, y, None, p)
+                best[p] = min(best[p], (time.perf_counter() - t0) / len(mats))
+        rate = {p: n * k * t / best[p] for p in paths}
+        threads = _kernels.num_threads()
+        cells = [f"{rate[p] / 1e9:>14.1f} {rate[p] / rate[base]:>8.2f} "
+                 f"{100 * rate[p] / (peaks[p][0] * threads):>6.0f}%" for p in paths]
+        print(f"{fmt} {n}x{k}, {t} token(s)".ljust(28) + " " + " ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
