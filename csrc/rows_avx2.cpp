@@ -202,6 +202,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     float d[8][2], m[8][2];
     for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
       const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
+      if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
       superblock_scales(F, blk, d, m, half_avx2);
       for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
     }
@@ -210,6 +211,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
 #pragma GCC unroll 2
     for (size_t c = 0; c < n_chunks; ++c) {
       const uint8_t* blk = row + c * block_bytes(F);
+      prefetch_ahead(blk, block_bytes(F));
       block_scales<F>(blk, d, m);
       chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
     }
