@@ -89,6 +89,7 @@ template <Format F, int TT>
 AVX2 inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, size_t ldx,
                           float* out /* TT values */) {
   __m256 acc[TT][4];
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t)
     for (int a = 0; a < 4; ++a) acc[t][a] = _mm256_setzero_ps();
   for (size_t b = 0; b < n_blocks; ++b) {
@@ -97,11 +98,13 @@ AVX2 inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, s
     const uint8_t* blk = chunk_block(F, row, b, sub);   // (sets sub)
     load_block(F, blk, sub, w);
     const float* xb = X + b * kBlock;
+    GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t) {
       const float* x = xb + t * ldx;
       for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x + 8 * k), acc[t][k]);
     }
   }
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t)
     out[t] = hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
 }
@@ -152,6 +155,7 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
                            __m256* acc, float* accm) {
   __m256i first, second;
   load_codes<F>(blk, sub, first, second);
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
     const int16_t* q = a.q + t * 32;
     const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
@@ -192,6 +196,7 @@ template <Format F, int TT>
 AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
   __m256 acc[TT];
   float accm[TT];
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps(), accm[t] = 0.f;
   // the tile's activations: block by block, each the TT tokens' (act_block)
   auto at = [&](size_t c) {
@@ -224,6 +229,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
       chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
     }
   }
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]) + accm[t];
 }
 

@@ -77,6 +77,7 @@ template <Format F, int TT>
 AVX512 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const float m[2], const I16Acts& a,
                              __m512* acc, float* accm) {
   const __m512i w = codes16<F>(blk, sub);
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
     const __m512 s = _mm512_cvtepi32_ps(_mm512_madd_epi16(w, _mm512_loadu_si512(a.q + t * 32)));
     if constexpr (F == Format::MXFP4) {
@@ -122,6 +123,7 @@ template <Format F, int TT>
 AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
   __m512 acc[TT];
   float accm[TT];
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps(), accm[t] = 0.f;
   auto at = [&](size_t c) {   // the tile's activations of chunk c (act_block)
     return I16Acts{a.q + c * TT * 32, a.d ? a.d + c * TT : a.d, a.e ? a.e + c * TT : a.e,
@@ -145,6 +147,7 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
       chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
     }
   }
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = hsum16(acc[t]) + accm[t];
 }
 

@@ -160,6 +160,7 @@ template <Format F, int TT>
 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
   constexpr bool split = halves_differ(F), mins = has_min(F);
   float acc[TT], accm[TT];
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = accm[t] = 0.f;
   float d[2], m[2];
   for (size_t c = 0; c < n_chunks; ++c) {
@@ -168,6 +169,7 @@ inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, 
     scales<F>(blk, sub, d, m);
     int8x16_t c0, c1;
     load_codes<F>(blk, sub, c0, c1);
+    GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t) {
       const size_t at = c * TT + size_t(t);   // the tile's activations: block by block (act_block)
       const int16_t* q = a.q + at * 32;
@@ -178,6 +180,7 @@ inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, 
       if constexpr (mins) accm[t] += (m[0] * float(a.s[2 * at]) + m[1] * float(a.s[2 * at + 1])) * da;
     }
   }
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = acc[t] + accm[t];
 }
 
@@ -221,6 +224,7 @@ inline void load_block(const uint8_t* blk, int sub, float32x4_t w[8]) {
 template <Format F, int TT>
 inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, size_t ldx, float* out) {
   float32x4_t acc[TT][8];
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t)
     for (int k = 0; k < 8; ++k) acc[t][k] = vdupq_n_f32(0.f);
   for (size_t b = 0; b < n_blocks; ++b) {
@@ -228,11 +232,13 @@ inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, size_t
     int sub;
     const uint8_t* blk = chunk_block(F, row, b, sub);   // (sets sub)
     load_block<F>(blk, sub, w);
+    GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t) {
       const float* x = X + t * ldx + b * kBlock;
       for (int k = 0; k < 8; ++k) acc[t][k] = vfmaq_f32(acc[t][k], w[k], vld1q_f32(x + 4 * k));
     }
   }
+  GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
     float32x4_t s = vaddq_f32(vaddq_f32(vaddq_f32(acc[t][0], acc[t][1]), vaddq_f32(acc[t][2], acc[t][3])),
                               vaddq_f32(vaddq_f32(acc[t][4], acc[t][5]), vaddq_f32(acc[t][6], acc[t][7])));
