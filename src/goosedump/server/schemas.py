@@ -87,13 +87,22 @@ ERROR_RESPONSES = {int(code): {"description": "an error, as OpenAI answers it",
                    for code in ("401", "404")}
 
 
+# One server-sent event of a stream, as a reader parses it (the HTML
+# standard's fields): OpenAPI 3.0 and 3.1 tools (schemathesis among them)
+# read a text/event-stream schema as each event's. data holds a chunk's JSON,
+# or the closing [DONE].
+SSE_EVENT = {"type": "object", "required": ["data"],
+             "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"},
+                            "retry": {"type": "integer", "minimum": 0}}}
+
+
 def openapi_extra(body: type[BaseModel], reply: dict) -> dict:
     """openapi_extra of a route that reads `body` itself (parse_body): its
     request body and its answers, for /openapi.json."""
     schema = body.model_json_schema()
     if "messages" in schema["properties"]:
         schema["properties"]["messages"] = {"type": "array", "items": MESSAGE, "minItems": 1}
-    json_or_sse = {"application/json": {"schema": reply}, "text/event-stream": {"schema": {"type": "string"}}}
+    json_or_sse = {"application/json": {"schema": reply}, "text/event-stream": {"schema": SSE_EVENT}}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
             "responses": {"200": {"description": "the reply (a stream of server-sent events when stream is true)",
                                   "content": json_or_sse},
