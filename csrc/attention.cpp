@@ -22,6 +22,31 @@
 namespace gd {
 namespace {
 
+// The KV slot after `slot` in a cache of `cap` positions (slots wrap): a
+// loop over positions steps its slot instead of dividing (a 64-bit modulo
+// per position cost as much as the position's dot products).
+inline size_t next_slot(size_t slot, size_t cap) { return slot + 1 == cap ? 0 : slot + 1; }
+
+// At decode the KV cache is cold (the weights streamed since the layer last
+// ran have evicted it): the scores' loop prefetches the key row kKvAhead
+// positions on and the value row of the position at hand (the values' pass
+// comes after the softmax, then from the L2).
+constexpr size_t kKvAhead = 16;
+
+inline void prefetch_row(const uint16_t* row, size_t values) {
+  for (size_t b = 0; b < values * sizeof(uint16_t); b += 64) __builtin_prefetch(reinterpret_cast<const char*>(row) + b);
+}
+
+// The prefetches of position j (at `slot`) in the scores' loop of kv head kh.
+inline void prefetch_kv(const AttentionArgs& a, size_t kh, size_t j, size_t n, size_t slot) {
+  if (j + kKvAhead < n) {
+    size_t ahead = slot + kKvAhead;
+    while (ahead >= a.cap) ahead -= a.cap;
+    prefetch_row(a.k + (kh * a.cap + ahead) * a.d, a.d);
+  }
+  prefetch_row(a.v + (kh * a.cap + slot) * a.dv, a.dv);
+}
+
 void to_f32_generic(const uint16_t* h, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
 }
@@ -71,8 +96,9 @@ __attribute__((target("avx2,fma,f16c"))) void attend_group8_avx2(const Attention
   const float* q = a.q + (t * a.H + h0) * d;   // the 8 heads' queries, contiguous
   const __m256 scale = _mm256_set1_ps(a.scale);
   __m256 mx = _mm256_set1_ps(-INFINITY);
-  for (size_t j = 0; j < n; ++j) {
-    const uint16_t* k = a.k + (((lo + j) % a.cap) * a.KH + kh) * d;
+  for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
+    const uint16_t* k = a.k + (kh * a.cap + slot) * d;
+    prefetch_kv(a, kh, j, n, slot);
     __m256 p[8];
     for (int g = 0; g < 8; ++g) p[g] = _mm256_setzero_ps();
     for (size_t c = 0; c < d; c += 8) {
@@ -102,8 +128,8 @@ __attribute__((target("avx2,fma,f16c"))) void attend_group8_avx2(const Attention
   for (size_t c = 0; c < dv; c += 16) {
     __m256 acc[8][2];
     for (int g = 0; g < 8; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    for (size_t j = 0; j < n; ++j) {
-      const uint16_t* v = a.v + (((lo + j) % a.cap) * a.KH + kh) * dv + c;
+    for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
+      const uint16_t* v = a.v + (kh * a.cap + slot) * dv + c;
       const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v)));
       const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 8)));
       for (int g = 0; g < 8; ++g) {
@@ -127,9 +153,9 @@ __attribute__((target("avx2,fma,f16c"))) void attend_task_avx2(const AttentionAr
   const size_t group = a.H / a.KH, h0 = kh * group, d = a.d, dv = a.dv;
   const float* q = a.q + (t * a.H + h0) * d;   // the group's queries, contiguous
   alignas(32) float krow[256], vrow[256];
-  for (size_t j = 0; j < n; ++j) {
-    const size_t slot = (lo + j) % a.cap;
-    to_f32_avx2(a.k + (slot * a.KH + kh) * d, krow, d);
+  for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
+    prefetch_kv(a, kh, j, n, slot);
+    to_f32_avx2(a.k + (kh * a.cap + slot) * d, krow, d);
     for (size_t g = 0; g < group; ++g) scores[g * n + j] = a.scale * dot_avx2(q + g * d, krow, d);
   }
   float inv[64];
@@ -160,9 +186,8 @@ __attribute__((target("avx2,fma,f16c"))) void attend_task_avx2(const AttentionAr
   }
   float* out = a.out + (t * a.H + h0) * dv;
   std::memset(out, 0, group * dv * sizeof(float));
-  for (size_t j = 0; j < n; ++j) {
-    const size_t slot = (lo + j) % a.cap;
-    to_f32_avx2(a.v + (slot * a.KH + kh) * dv, vrow, dv);
+  for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
+    to_f32_avx2(a.v + (kh * a.cap + slot) * dv, vrow, dv);
     for (size_t g = 0; g < group; ++g) axpy_avx2(scores[g * n + j] * inv[g], vrow, out + g * dv, dv);
   }
 }
@@ -202,8 +227,9 @@ void attend_group8_neon(const AttentionArgs& a, size_t t, size_t kh, size_t lo, 
   const size_t d = a.d, dv = a.dv, h0 = kh * 8;
   const float* q = a.q + (t * a.H + h0) * d;   // the 8 heads' queries, contiguous
   float32x4_t mx[2] = {vdupq_n_f32(-INFINITY), vdupq_n_f32(-INFINITY)};
-  for (size_t j = 0; j < n; ++j) {
-    const uint16_t* k = a.k + (((lo + j) % a.cap) * a.KH + kh) * d;
+  for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
+    const uint16_t* k = a.k + (kh * a.cap + slot) * d;
+    prefetch_kv(a, kh, j, n, slot);
     float32x4_t p[8];
     for (int g = 0; g < 8; ++g) p[g] = vdupq_n_f32(0.f);
     for (size_t c = 0; c < d; c += 4) {
@@ -236,8 +262,8 @@ void attend_group8_neon(const AttentionArgs& a, size_t t, size_t kh, size_t lo, 
   for (size_t c = 0; c < dv; c += 8) {
     float32x4_t acc[8][2];
     for (int g = 0; g < 8; ++g) acc[g][0] = acc[g][1] = vdupq_n_f32(0.f);
-    for (size_t j = 0; j < n; ++j) {
-      const uint16_t* v = a.v + (((lo + j) % a.cap) * a.KH + kh) * dv + c;
+    for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
+      const uint16_t* v = a.v + (kh * a.cap + slot) * dv + c;
       const float32x4_t v0 = half4(v), v1 = half4(v + 4);
       const float32x4_t w0 = vld1q_f32(scores + j * 8), w1 = vld1q_f32(scores + j * 8 + 4);
       // (a lane index must be a constant)
@@ -299,9 +325,8 @@ void attention(const AttentionArgs& a, Impl impl) {
     vrow.resize(a.dv);
     const size_t h0 = kh * group;
     const float* q = a.q + (t * a.H + h0) * a.d;   // the group's queries, contiguous
-    for (size_t j = 0; j < n; ++j) {
-      const size_t slot = (lo + j) % a.cap;
-      to_f32(a.k + (slot * a.KH + kh) * a.d, krow.data(), a.d);
+    for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
+      to_f32(a.k + (kh * a.cap + slot) * a.d, krow.data(), a.d);
       for (size_t g = 0; g < group; ++g) scores[g * n + j] = a.scale * dot(q + g * a.d, krow.data(), a.d);
     }
     std::vector<float> inv(group);
@@ -319,9 +344,8 @@ void attention(const AttentionArgs& a, Impl impl) {
     }
     float* out = a.out + (t * a.H + h0) * a.dv;
     std::memset(out, 0, group * a.dv * sizeof(float));
-    for (size_t j = 0; j < n; ++j) {
-      const size_t slot = (lo + j) % a.cap;
-      to_f32(a.v + (slot * a.KH + kh) * a.dv, vrow.data(), a.dv);
+    for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
+      to_f32(a.v + (kh * a.cap + slot) * a.dv, vrow.data(), a.dv);
       for (size_t g = 0; g < group; ++g) axpy(scores[g * n + j] * inv[g], vrow.data(), out + g * a.dv, a.dv);
     }
   }, a.T * a.KH * std::min(a.pos0 + a.T, a.window ? a.window : a.pos0 + a.T) * (a.d + a.dv) * 2 * group);

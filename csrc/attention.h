@@ -10,9 +10,13 @@ namespace gd {
 struct AttentionArgs {
   const float* q;        // [T, H, d] queries, already rotated
   size_t T, H, d;
-  const uint16_t* k;     // [cap, KH, d] fp16 keys; position j lives in slot j % cap
-  const uint16_t* v;     // [cap, KH, dv] fp16 values
-  size_t cap, KH, dv;
+  // Head-major: a kv head's positions are one contiguous run, so a task (a
+  // query and a kv head) reads its keys and values as two sequential streams
+  // (position-major, a head's rows lay a whole position apart: at decode,
+  // with the cache cold, 1.5x slower).
+  const uint16_t* k;     // [KH, cap, d] fp16 keys; position j lives in slot j % cap
+  const uint16_t* v;     // [KH, cap, dv] fp16 values
+  size_t KH, cap, dv;
   const float* sinks;    // [H] learned logit per head, or nullptr
   size_t pos0;           // position of query 0; query t is at pos0 + t
   size_t window;         // attend to the last `window` positions (0: all)

@@ -116,7 +116,7 @@ void attention(CFloats3 q, Half3 k, Half3 v, std::optional<CFloats> sinks, size_
   gd::AttentionArgs a{q.data(), q.shape(0), q.shape(1), q.shape(2), k.data(), v.data(), k.shape(0), k.shape(1),
                       v.shape(2), sinks ? sinks->data() : nullptr, pos0, window, scale, out.data()};
   if (k.shape(2) != a.d) throw std::invalid_argument("keys and queries differ in head dim");
-  if (v.shape(0) != a.cap || v.shape(1) != a.KH) throw std::invalid_argument("keys and values differ in shape");
+  if (v.shape(0) != a.KH || v.shape(1) != a.cap) throw std::invalid_argument("keys and values differ in shape");
   if (out.shape(0) != a.T || out.shape(1) != a.H || out.shape(2) != a.dv)
     throw std::invalid_argument("output must have shape (T, H, value dim)");
   if (sinks && sinks->shape(0) != a.H) throw std::invalid_argument("sinks must have one value per query head");
@@ -300,7 +300,7 @@ NB_MODULE(_kernels, m) {
   // Keys and values are fp16 bits (pass float16 arrays as .view(uint16)); no
   // implicit conversion, which would turn half floats into integers.
   m.def("attention", &attention, "q"_a, "k"_a.noconvert(), "v"_a.noconvert(), "sinks"_a, "pos0"_a, "window"_a, "scale"_a, "out"_a,
-        "impl"_a = "auto", "Attention with sinks and an optional sliding window over an fp16 KV cache.");
+        "impl"_a = "auto", "Attention with sinks and an optional sliding window over an fp16 KV cache, head-major: k [KH, cap, d], v [KH, cap, dv].");
   m.def("moe", &moe, "gate_fmt"_a, "gate"_a, "gate_bias"_a, "up_fmt"_a, "up"_a, "up_bias"_a, "down_fmt"_a, "down"_a,
         "down_bias"_a, "h"_a,
         "experts"_a, "weights"_a, "out"_a, "alpha"_a, "limit"_a, "impl"_a = "auto", "acts"_a = "i16",

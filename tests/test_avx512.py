@@ -10,7 +10,8 @@ path in _kernels.available_impls()).
   portable reference; a token gives the same bits alone or in a batch
   (batch invariance); the same integer sums as the reference (checked on
   inputs whose float steps are exact, where every path must agree bit for
-  bit).
+  bit);
+- attention (the path runs AVX2's kernels): within 1e-5 of the reference.
 
 Missing tools fail the test with the command that installs them: never a skip."""
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -205,6 +207,30 @@ def test_exact_float_steps_make_every_path_agree_bit_for_bit(avx512_check, tmp_p
         np.testing.assert_array_equal(path[fine], exact[fine].astype(np.float32), err_msg=what)
         np.testing.assert_array_equal(ref[fine], exact[fine].astype(np.float32), err_msg=what)
         assert np.abs(exact[fine]).max() > 1, what
+
+
+@pytest.mark.parametrize("T,H,KH,d,pos0,window,cap,sinks", [
+    (1, 64, 8, 64, 300, 128, 512, True),     # gpt-oss decode, a sliding layer (the group-of-8 kernel)
+    (7, 64, 8, 64, 20, 0, 64, True),         # prefill tokens, a full layer
+    (3, 4, 2, 36, 30, 4, 16, False),         # odd sizes, no sinks, slots wrapped
+])
+def test_attention_on_the_path(avx512_check, tmp_path, T, H, KH, d, pos0, window, cap, sinks):
+    """The path's attention (AVX2's kernels) against the reference, through
+    the same driver: head-major fp16 keys and values."""
+    rng = np.random.default_rng(T * 100 + H)
+    q = rng.standard_normal((T, H, d)).astype(np.float32)
+    k = rng.standard_normal((KH, cap, d)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((KH, cap, d)).astype(np.float16).view(np.uint16)
+    s = rng.standard_normal(H).astype(np.float32)
+    case = (struct.pack("<10i", 1, T, H, d, cap, KH, d, pos0, window, int(sinks)) + q.tobytes() + k.tobytes()
+            + v.tobytes() + (s.tobytes() if sinks else b""))
+    out = run_cases(avx512_check, case, tmp_path)
+    path, ref = (np.frombuffer(out, "<f4", T * H * d, 4 * T * H * d * j).reshape(T, H, d) for j in range(2))
+    here = np.empty((T, H, d), np.float32)
+    _kernels.attention(q, k, v, s if sinks else None, pos0, window, 1 / math.sqrt(d), here, "generic")
+    np.testing.assert_allclose(path, ref, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(path, here, rtol=0, atol=1e-5)
+    assert np.abs(path).max() > 0.01
 
 
 def test_the_emulation_maps_every_intrinsic(tmp_path):

@@ -110,11 +110,11 @@ def test_attention_matches_float64(impl, window, cap, pos0, T, H, K, d):
     n_pos = pos0 + T
     k_all = rng.standard_normal((n_pos, K, d)).astype(np.float16)
     v_all = rng.standard_normal((n_pos, K, d)).astype(np.float16)
-    kc = np.zeros((cap, K, d), np.float16)
-    vc = np.zeros((cap, K, d), np.float16)
+    kc = np.zeros((K, cap, d), np.float16)      # head-major, as the kernel reads it
+    vc = np.zeros((K, cap, d), np.float16)
     # the cache holds each position in slot position % cap (older ones overwritten)
     for p in range(max(0, n_pos - cap), n_pos):
-        kc[p % cap], vc[p % cap] = k_all[p], v_all[p]
+        kc[:, p % cap], vc[:, p % cap] = k_all[p], v_all[p]
     q = rng.standard_normal((T, H, d)).astype(np.float32)
     sinks = rng.standard_normal(H).astype(np.float32)
     out = np.empty((T, H, d), np.float32)
@@ -126,7 +126,7 @@ def test_attention_matches_float64(impl, window, cap, pos0, T, H, K, d):
 
 def test_attention_refuses_a_cache_too_small():
     q = np.zeros((5, 2, 16), np.float32)
-    kc = np.zeros((4, 1, 16), np.uint16)
+    kc = np.zeros((1, 4, 16), np.uint16)
     with pytest.raises(ValueError, match="the KV cache holds 4 positions, these queries need 8"):
         _kernels.attention(q, kc, kc, None, 10, 4, 1.0, np.empty((5, 2, 16), np.float32))
 

@@ -161,8 +161,8 @@ def fp16_bits(a: np.ndarray) -> np.ndarray:
 def test_attention_equals_the_reference(neon_check, tmp_path, T, H, KH, d, pos0, window, cap, sinks):
     rng = np.random.default_rng(T * 100 + H)
     q = rng.standard_normal((T, H, d)).astype(np.float32)
-    k = fp16_bits(rng.standard_normal((cap, KH, d)))
-    v = fp16_bits(rng.standard_normal((cap, KH, d)))
+    k = fp16_bits(rng.standard_normal((KH, cap, d)))     # head-major
+    v = fp16_bits(rng.standard_normal((KH, cap, d)))
     s = rng.standard_normal(H).astype(np.float32)
     case = (struct.pack("<10i", 1, T, H, d, cap, KH, d, pos0, window, int(sinks)) + q.tobytes() + k.tobytes()
             + v.tobytes() + (s.tobytes() if sinks else b""))

@@ -194,13 +194,13 @@ class Transformer:
             k = apply_rope(k, cos, sin)
             out = np.empty((T, c.n_head, c.value_dim), np.float32)
             for cache, pos0, r0, r1 in seqs:
-                kc, vc = cache.k[i], cache.v[i]
+                kc, vc = cache.k[i], cache.v[i]                          # (views of the head-major arrays)
                 slots = np.arange(pos0, pos0 + r1 - r0) % kc.shape[0]
                 kc[slots] = k[r0:r1]                                    # the cache is fp16
                 vc[slots] = v[r0:r1]
                 # softmax over [scores..., sink]; even layers see only the last `window` positions
-                _kernels.attention(q[r0:r1], kc.view(np.uint16), vc.view(np.uint16), L.attn_sinks, pos0,
-                                   L.window, 1.0 / math.sqrt(c.head_dim), out[r0:r1])
+                _kernels.attention(q[r0:r1], cache.k_heads[i].view(np.uint16), cache.v_heads[i].view(np.uint16),
+                                   L.attn_sinks, pos0, L.window, 1.0 / math.sqrt(c.head_dim), out[r0:r1])
         with probe.timer("attn_proj"):
             return L.attn_output(out.reshape(T, c.n_head * c.value_dim))    # [T, D]
 

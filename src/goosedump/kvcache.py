@@ -27,11 +27,16 @@ class KVCache:
 
     def __init__(self, c: ModelConfig, n_ctx: int):
         self.n_ctx = n_ctx
-        self.k, self.v = [], []
+        # Stored head-major, [kv head, slot, dim], as the attention kernel reads
+        # them (each kv head's positions one contiguous run); k[i] and v[i]
+        # are position-major views, [slot, kv head, dim], for the Python side.
+        self.k_heads, self.v_heads = [], []
         for i in range(c.n_layer):
             cap = kv_positions(c, i, n_ctx)
-            self.k.append(np.zeros((cap, c.n_head_kv, c.head_dim), np.float16))
-            self.v.append(np.zeros((cap, c.n_head_kv, c.value_dim), np.float16))
+            self.k_heads.append(np.zeros((c.n_head_kv, cap, c.head_dim), np.float16))
+            self.v_heads.append(np.zeros((c.n_head_kv, cap, c.value_dim), np.float16))
+        self.k = [a.transpose(1, 0, 2) for a in self.k_heads]
+        self.v = [a.transpose(1, 0, 2) for a in self.v_heads]
         # (layer, window) of the layers whose ring is shorter than the context
         self.rings = [(i, c.sliding_window) for i in range(c.n_layer) if len(self.k[i]) < n_ctx]
         self.n = 0
@@ -106,4 +111,4 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+        return sum(a.nbytes for a in self.k_heads) + sum(a.nbytes for a in self.v_heads)

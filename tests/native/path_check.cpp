@@ -13,7 +13,7 @@
 //     (row_bytes each), T x K float activations, N float biases.
 //     Writes Y (T x N) for the path, for the reference, and the path token by token.
 //   kind 1, attention: T, H, d, cap, KH, dv, pos0, window, has_sinks; then
-//     q (T x H x d floats), k and v (cap x KH x d / dv fp16 bits), sinks (H
+//     q (T x H x d floats), k and v (KH x cap x d / dv fp16 bits), sinks (H
 //     floats, when has_sinks). Writes out (T x H x dv) for the path and the
 //     reference.
 #include <cstdint>
