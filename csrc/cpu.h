@@ -19,7 +19,8 @@ enum class Impl { Auto, Generic, Avx2, Avx512, Neon };
 inline bool uses_avx2(Impl impl) { return impl == Impl::Avx2 || impl == Impl::Avx512; }
 
 const char* impl_name(Impl impl);   // "generic", "avx2", "avx512", "neon" ("auto" for Auto)
-// The paths this CPU can run: Generic first, the best last.
+// The paths this CPU can run: Generic first, the widest last (auto runs the
+// widest but on AVX-512 CPUs, where it keeps AVX2: see cpu.cpp's best()).
 const Impl* available_impls(int& count);
 
 // Resolve Auto against the CPU and the GOOSEDUMP_ISA (or GOOSEDUMP_NO_SIMD)
