@@ -129,6 +129,33 @@ inline void with_format(Format f, Fn&& fn) {
 // The error of an int16 product asked of plain-float weights.
 [[noreturn]] void float_weights_take_f32(Format f);
 
+// The I16 activations from `blocks` blocks on: a tile's (blocks = its first
+// token times the blocks per row) or a tile's chunk c (c times its tokens;
+// see act_block).
+inline I16Acts acts_from(const I16Acts& a, size_t blocks) {
+  return I16Acts{a.q + blocks * 32, a.d ? a.d + blocks : a.d, a.e ? a.e + blocks : a.e,
+                 a.s ? a.s + 2 * blocks : a.s};
+}
+
+// An int16 product's rows [n0, n1) for a block format, in tiles:
+// tile(std::integral_constant<Format, F>, TT, row, n_chunks, acts, out)
+// computes one row against a tile of TT tokens, acts the tile's own
+// activations. Plain-float formats are an error.
+template <class Tile>
+inline void rows_i16_by_tiles(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a,
+                              size_t T, float* Y, size_t ldy, const float* bias, Tile&& tile) {
+  with_format(f, [&](auto F) {
+    if constexpr (is_float(decltype(F)::value)) {
+      float_weights_take_f32(f);
+    } else {
+      const size_t nc = K / 32;
+      rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+        tile(F, TT, row, nc, acts_from(a, t0 * nc), out);
+      });
+    }
+  });
+}
+
 // The portable reference (rows_generic.cpp).
 void rows_generic(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx,
                   size_t T, float* Y, size_t ldy, const float* bias);

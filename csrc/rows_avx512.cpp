@@ -125,10 +125,7 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
   float accm[TT];
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps(), accm[t] = 0.f;
-  auto at = [&](size_t c) {   // the tile's activations of chunk c (act_block)
-    return I16Acts{a.q + c * TT * 32, a.d ? a.d + c * TT : a.d, a.e ? a.e + c * TT : a.e,
-                   a.s ? a.s + 2 * c * TT : a.s};
-  };
+  auto at = [&](size_t c) { return acts_from(a, c * TT); };   // chunk c's activations (act_block)
   if constexpr (block_values(F) == 256) {
     float d[8][2], m[8][2];
     for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
@@ -151,25 +148,12 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
   for (int t = 0; t < TT; ++t) out[t] = hsum16(acc[t]) + accm[t];
 }
 
-template <Format F>
-void rows_i16(const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y, size_t ldy,
-              const float* bias) {
-  const size_t nc = K / 32;
-  rows_by_tiles(F, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
-    const I16Acts tile{a.q + t0 * K, a.d ? a.d + t0 * nc : a.d, a.e ? a.e + t0 * nc : a.e,
-                       a.s ? a.s + 2 * t0 * nc : a.s};
-    row_tile_i16<F, TT>(row, nc, tile, out);
-  });
-}
-
 }  // namespace
 
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias) {
-  with_format(f, [&](auto F) {
-    constexpr Format G = decltype(F)::value;
-    if constexpr (is_float(G)) float_weights_take_f32(f);
-    else rows_i16<G>(W, n0, n1, K, a, T, Y, ldy, bias);
+  rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
+    row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
   });
 }
 

@@ -184,16 +184,6 @@ inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, 
   for (int t = 0; t < TT; ++t) out[t] = acc[t] + accm[t];
 }
 
-template <Format F>
-void rows_i16(const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y, size_t ldy,
-              const float* bias) {
-  const size_t nc = K / 32;
-  rows_by_tiles(F, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
-    const I16Acts tile{a.q + t0 * K, a.d + t0 * nc, a.e ? a.e + t0 * nc : a.e, a.s ? a.s + 2 * t0 * nc : a.s};
-    row_tile_i16<F, TT>(row, nc, tile, out);
-  });
-}
-
 // ---- fp32 activations ---------------------------------------------------------
 
 // 32 weights of one block (or of 32 plain floats) as 8 x 4 floats: the plain
@@ -251,10 +241,8 @@ inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, size_t
 
 void rows_neon_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                    float* Y, size_t ldy, const float* bias) {
-  with_format(f, [&](auto F) {
-    constexpr Format G = decltype(F)::value;
-    if constexpr (is_float(G)) float_weights_take_f32(f);
-    else rows_i16<G>(W, n0, n1, K, a, T, Y, ldy, bias);
+  rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
+    row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
   });
 }
 
