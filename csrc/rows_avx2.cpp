@@ -147,6 +147,12 @@ AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i
 
 AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
 
+// Eight int32 (as float bits) picked from two vectors by a 128-bit-lane
+// shuffle (tokens 0, 1, 4, 5 | 2, 3, 6, 7), as floats in token order.
+AVX2 inline __m256 in_token_order(__m256 v) {
+  return _mm256_cvtepi32_ps(_mm256_permute4x64_epi64(_mm256_castps_si256(v), 0xD8));
+}
+
 // One chunk against TT tokens, into their accumulators (acc: the scaled code
 // sums, 8 lanes each; accm: the minimums' terms); a points at the chunk's
 // run of the tile (act_block); d and m: the chunk's scales and offsets.
@@ -183,7 +189,20 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_broadcast_ss(&scale[0][t]),
                                acc[t]);
     }
-    if constexpr (has_min(F)) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
+    if constexpr (has_min(F) && TT != 8) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
+  }
+  if constexpr (has_min(F) && TT == 8) {
+    // The minimums' terms of a full tile at once, lane t the scalar
+    // expression's own steps (the same bits): the tokens' half sums come
+    // interleaved (t0 h0, t0 h1, t1 h0, ..), split into two vectors.
+    const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
+    const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
+    const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m256 terms = _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(m[0]), s0),
+                                                     _mm256_mul_ps(_mm256_set1_ps(m[1]), s1)),
+                                       _mm256_loadu_ps(a.d));
+    _mm256_storeu_ps(accm, _mm256_add_ps(_mm256_loadu_ps(accm), terms));
   }
 }
 
