@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import struct
 import subprocess
 from pathlib import Path
 
@@ -28,7 +27,8 @@ import pytest
 
 from goosedump import _kernels, randblocks
 from goosedump.gguf import BLOCK_SIZES, GGMLType
-from test_neon import CSRC, FORMATS, FLOATS, ROOT, SOURCES, NO_CONTRACT, assert_same_bits, product_case
+from test_neon import (ATTENTION_CASES, CSRC, FORMATS, FLOATS, NO_CONTRACT, ROOT, SOURCES, assert_same_bits,
+                       check_attention, product_case)
 
 CXX = "g++"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
@@ -154,10 +154,9 @@ def test_int16_products_of_every_format(avx512_check, tmp_path):
         # product; fp32 sums: ~sqrt(k) roundings of the sum of |terms|
         blocks = np.abs(x64).reshape(x.shape[0], -1, 32).max(axis=2)
         act_err = 2.0 ** -15 * np.repeat(blocks, 32, axis=1) @ np.abs(w64).T
-        tol = act_err + 8 * 2.0 ** -24 * math.sqrt(k) * (np.abs(x64) @ np.abs(w64).T) + 2.0 ** -23 * np.abs(bias)
-        assert np.all(np.abs(path - exact) <= tol), what
-        # the reference and this path differ only in the float steps' order
         float_err = 8 * 2.0 ** -24 * math.sqrt(k) * (np.abs(x64) @ np.abs(w64).T) + 2.0 ** -23 * np.abs(bias)
+        assert np.all(np.abs(path - exact) <= act_err + float_err), what
+        # the reference and this path differ only in the float steps' order
         assert np.all(np.abs(path - ref) <= 2 * float_err), what
 
 
@@ -209,28 +208,11 @@ def test_exact_float_steps_make_every_path_agree_bit_for_bit(avx512_check, tmp_p
         assert np.abs(exact[fine]).max() > 1, what
 
 
-@pytest.mark.parametrize("T,H,KH,d,pos0,window,cap,sinks", [
-    (1, 64, 8, 64, 300, 128, 512, True),     # gpt-oss decode, a sliding layer (the group-of-8 kernel)
-    (7, 64, 8, 64, 20, 0, 64, True),         # prefill tokens, a full layer
-    (3, 4, 2, 36, 30, 4, 16, False),         # odd sizes, no sinks, slots wrapped
-])
+@pytest.mark.parametrize("T,H,KH,d,pos0,window,cap,sinks", ATTENTION_CASES)
 def test_attention_on_the_path(avx512_check, tmp_path, T, H, KH, d, pos0, window, cap, sinks):
-    """The path's attention (AVX2's kernels) against the reference, through
-    the same driver: head-major fp16 keys and values."""
-    rng = np.random.default_rng(T * 100 + H)
-    q = rng.standard_normal((T, H, d)).astype(np.float32)
-    k = rng.standard_normal((KH, cap, d)).astype(np.float16).view(np.uint16)
-    v = rng.standard_normal((KH, cap, d)).astype(np.float16).view(np.uint16)
-    s = rng.standard_normal(H).astype(np.float32)
-    case = (struct.pack("<10i", 1, T, H, d, cap, KH, d, pos0, window, int(sinks)) + q.tobytes() + k.tobytes()
-            + v.tobytes() + (s.tobytes() if sinks else b""))
-    out = run_cases(avx512_check, case, tmp_path)
-    path, ref = (np.frombuffer(out, "<f4", T * H * d, 4 * T * H * d * j).reshape(T, H, d) for j in range(2))
-    here = np.empty((T, H, d), np.float32)
-    _kernels.attention(q, k, v, s if sinks else None, pos0, window, 1 / math.sqrt(d), here, "generic")
-    np.testing.assert_allclose(path, ref, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(path, here, rtol=0, atol=1e-5)
-    assert np.abs(path).max() > 0.01
+    """The path's attention (AVX2's kernels) through the same driver."""
+    check_attention(lambda case, tmp: run_cases(avx512_check, case, tmp), tmp_path, T, H, KH, d, pos0, window, cap,
+                    sinks)
 
 
 def test_the_emulation_maps_every_intrinsic(tmp_path):
