@@ -58,7 +58,7 @@ AVX512 inline __m512i codes16(const uint8_t* blk, int sub) {
   if constexpr (F == Format::Q8_0) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
   } else if constexpr (F == Format::MXFP4) {
-    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    const __m512i table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_values256()));
     const __m512i qs = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
     const __m512i idx =
         _mm512_and_si512(_mm512_srlv_epi64(qs, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
