@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -54,7 +55,8 @@ class Pool {
     // Workers start from the current generation: one that starts late must
     // still take part in the first region after its creation.
     const unsigned start = generation_.load();
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, start] { worker_loop(start); });
+    ranges_.reset(new Range[n]);
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, start, i] { worker_loop(start, i); });
   }
 
   int size() const { return n_threads_; }
@@ -80,7 +82,10 @@ class Pool {
     ++stats_.parallel;
     fn_ = &fn;
     n_tasks_ = n_tasks;
-    next_.store(0);
+    for (int i = 0; i < n_threads_; ++i) {
+      ranges_[i].next.store(n_tasks * i / n_threads_, std::memory_order_relaxed);
+      ranges_[i].end = n_tasks * (i + 1) / n_threads_;
+    }
     active_.store(int(workers_.size()));
     error_ = nullptr;
     {
@@ -89,7 +94,7 @@ class Pool {
     }
     cv_.notify_all();
     const int64_t t0 = now_ns();
-    work();
+    work(0);
     const int64_t t_own = now_ns();
     wait_workers(t_own);
     observe(t_own - t0, now_ns() - t_own);
@@ -98,16 +103,21 @@ class Pool {
   }
 
  private:
-  void work() {
-    for (;;) {
-      const size_t t = next_.fetch_add(1);
-      if (t >= n_tasks_) break;
-      try {
-        (*fn_)(t);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(m_);
-        if (!error_) error_ = std::current_exception();
-        next_.store(n_tasks_);
+  // Thread `self` takes the tasks of its own range in order, then helps with
+  // the others' (from their next task on).
+  void work(int self) {
+    for (int k = 0; k < n_threads_; ++k) {
+      Range& r = ranges_[(self + k) % n_threads_];
+      for (;;) {
+        const size_t t = r.next.fetch_add(1);
+        if (t >= r.end) break;
+        try {
+          (*fn_)(t);
+        } catch (...) {
+          std::lock_guard<std::mutex> lk(m_);
+          if (!error_) error_ = std::current_exception();
+          for (int i = 0; i < n_threads_; ++i) ranges_[i].next.store(ranges_[i].end);
+        }
       }
     }
   }
@@ -156,7 +166,7 @@ class Pool {
     clean_ = 0;
   }
 
-  void worker_loop(unsigned seen) {
+  void worker_loop(unsigned seen, int self) {
     for (;;) {
       // Spin a little for the next region, then yield, then sleep.
       auto next = [&] { return generation_.load(std::memory_order_acquire) != seen || quit_; };
@@ -166,7 +176,7 @@ class Pool {
       }
       if (quit_) return;
       seen = generation_.load();
-      work();
+      work(self);
       if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard<std::mutex> lk(m_);   // the caller may be asleep: wake it
         if (caller_waiting_) done_cv_.notify_one();
@@ -188,7 +198,16 @@ class Pool {
   std::condition_variable cv_, done_cv_;
   std::vector<std::thread> workers_;
   std::atomic<unsigned> generation_{0};
-  std::atomic<size_t> next_{0};
+  // A region's tasks in one contiguous range per thread: decode's tasks are
+  // runs of weight rows, and a thread that walks its own run streams one
+  // sequence of addresses (its prefetches and the hardware's stay ahead of
+  // it), where a shared counter dealt the threads alternate runs: MXFP4 at
+  // one token from memory 16.6 -> 18.7 GB/s on 2 threads (AMD EPYC Zen 2).
+  struct alignas(64) Range {
+    std::atomic<size_t> next{0};
+    size_t end = 0;
+  };
+  std::unique_ptr<Range[]> ranges_;
   std::atomic<int> active_{0};
   const std::function<void(size_t)>* fn_ = nullptr;
   size_t n_tasks_ = 0;

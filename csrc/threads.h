@@ -1,6 +1,7 @@
 // A persistent pool of worker threads for the kernels. One parallel region
-// runs at a time; the calling thread works too, taking tasks one at a time
-// from a shared counter, so a slow thread holds up at most the task it has.
+// runs at a time; the calling thread works too. Each thread takes the tasks
+// of its own contiguous share in order, one at a time, then helps with the
+// others' shares, so a slow thread holds up at most the task it has.
 //
 // Never spin against a busy core: workers wait for the next region (decode
 // issues hundreds of short regions per token) spinning about 50 us, then
