@@ -275,6 +275,7 @@ NB_MODULE(_kernels, m) {
   m.def("cpu_has_neon", &gd::cpu_has_neon, "True on AArch64 (Advanced SIMD).");
   m.def("active_impl", [] { return gd::impl_name(gd::resolve_impl(gd::Impl::Auto)); },
         "The implementation 'auto' resolves to on this CPU and environment.");
+  m.attr("NUMERICS") = gd::kNumerics;
   m.def("available_impls", [] {
     int n = 0;
     const gd::Impl* paths = gd::available_impls(n);

@@ -122,18 +122,27 @@ def test_int16_activations_keep_their_precision_at_any_magnitude(impl, fmt, scal
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_batch_invariance(impl, fmt):
-    """A token's products are the same bits alone or among others: the
-    guarantee behind prefill = decode and batched = alone."""
+@pytest.mark.parametrize("blocks", [16, 15, 3, 1])
+def test_batch_invariance(impl, fmt, blocks):
+    """A token's products are the same bits alone, in a pair or among others:
+    the guarantee behind prefill = decode and batched = alone. Rows of 16,
+    15, 3 and 1 blocks: the one- and two-token loops take blocks four at a
+    time, then in pairs, then one (MXFP4 sums its blocks in pairs)."""
     rng = np.random.default_rng(11)
-    raw, _ = quantized(rng, fmt, 24, 512)
-    x = rng.standard_normal((11, 512)).astype(np.float32)
+    values = BLOCK_SIZES[gtype(fmt)][0] if fmt not in FLOATS else 32
+    k = blocks * values
+    raw, _ = quantized(rng, fmt, 24, k)
+    # blocks of far apart magnitudes, so that partial sums round and a
+    # different order of summation shows in the bits
+    x = rng.standard_normal((11, k)) * 2.0 ** rng.integers(-12, 12, (11, k // 32)).repeat(32, axis=1)
+    x = x.astype(np.float32)
     batch = np.empty((11, 24), np.float32)
     _kernels.matmul(fmt, raw, x, batch, None, impl)
-    for t in (0, 5, 10):
-        alone = np.empty((1, 24), np.float32)
-        _kernels.matmul(fmt, raw, x[t:t + 1], alone, None, impl)
-        np.testing.assert_array_equal(alone[0], batch[t])
+    for t in (0, 5, 9):
+        for n in (1, 2):
+            few = np.empty((n, 24), np.float32)
+            _kernels.matmul(fmt, raw, x[t:t + n], few, None, impl)
+            np.testing.assert_array_equal(few, batch[t:t + n])
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import goosedump
+from goosedump import _kernels
 from goosedump.engine import Engine
 from goosedump.options import Options
 from goosedump.promptcache import SUFFIX, PromptCache, model_identity, tokens_key
@@ -108,6 +109,23 @@ def test_corrupt_stale_and_foreign_entries_are_never_used(tiny_path, folder, tmp
     assert o.prompt_cache.identity != m.prompt_cache.identity
     assert o.generate(prompt, 4).cached_tokens == 0
     o.close()
+
+
+def identity_under(env: dict, path: str) -> str:
+    code = ("import sys; from goosedump.gguf import GGUFFile; from goosedump.promptcache import model_identity; "
+            "print(model_identity(GGUFFile(sys.argv[1]), 'i16'))")
+    out = subprocess.run([sys.executable, "-c", code, path], env={**os.environ, **env}, capture_output=True,
+                         text=True, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(len(_kernels.available_impls()) < 2, reason="this CPU runs the generic path only")
+def test_each_kernel_path_keeps_its_own_entries(tiny_path):
+    # Each path sums in its own order: keys and values one wrote are not the
+    # other's, so a cache written under one must not serve the other.
+    best = identity_under({"GOOSEDUMP_ISA": "auto"}, tiny_path)
+    assert best == identity_under({"GOOSEDUMP_ISA": "auto"}, tiny_path)
+    assert identity_under({"GOOSEDUMP_ISA": "generic"}, tiny_path) != best
 
 
 def test_the_cap_evicts_the_least_recently_used(tiny_path, folder):

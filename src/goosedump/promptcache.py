@@ -3,7 +3,8 @@ prompt seen before (the same system prompt and tools, a conversation the
 server set aside, the same command run again) prefills only what is new.
 
 One folder per model identity (the file's bytes sampled and its size, the
-engine version, the numerics option): a file per entry, named by the hash of
+engine version, the kernels' path and arithmetic revision, the numerics
+option): a file per entry, named by the hash of
 its token ids, holding a header (magic, format version, identity, tokens,
 per-layer shapes, a checksum of the payload) and each layer's keys and
 values for the positions it keeps (full layers every position, sliding
@@ -22,6 +23,7 @@ import tempfile
 
 import numpy as np
 
+from . import _kernels
 from .version import __version__
 from .kvcache import KVCache
 
@@ -41,9 +43,11 @@ def default_folder() -> str:
 def model_identity(gguf, activations: str) -> str:
     """A short hash standing for the model's bytes and what changes the
     numbers: every part's size and three 1 MiB samples of it (its header and
-    metadata, the middle, the end), the engine version and the activation
+    metadata, the middle, the end), the engine version, the kernels' path and
+    arithmetic revision (each path sums in its own order) and the activation
     precision."""
-    h = hashlib.sha256(f"goosedump {__version__} activations={activations}".encode())
+    h = hashlib.sha256(f"goosedump {__version__} numerics={_kernels.NUMERICS} path={_kernels.active_impl()} "
+                       f"activations={activations}".encode())
     for part in gguf.parts:
         buf, mib = part.buf, 1 << 20
         h.update(struct.pack("<Q", part.size))
