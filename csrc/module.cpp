@@ -21,6 +21,7 @@
 #include "quants.h"
 #include "ops.h"
 #include "peak.h"
+#include "rows.h"
 #include "threads.h"
 
 namespace nb = nanobind;
@@ -206,10 +207,15 @@ uint64_t stream_read(Bytes buf) {
       const size_t a = t * chunk, b = std::min(n, a + chunk);
       uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
       size_t i = a;
-      for (; i + 32 <= b; i += 32) {  // four independent sums keep the loads flowing
-        uint64_t w[4];
-        std::memcpy(w, p + i, 32);
-        s0 += w[0]; s1 += w[1]; s2 += w[2]; s3 += w[3];
+      // Four independent sums keep the loads flowing, and a line is
+      // prefetched as far ahead as the kernels prefetch (rows.h): without it
+      // the probe read 25 GB/s where the Q8_0 kernel streamed 29.5 (AMD
+      // EPYC, 2 threads), a bound the engine would pass.
+      for (; i + 64 <= b; i += 64) {
+        __builtin_prefetch(p + i + gd::kPrefetchAhead, 0, 3);
+        uint64_t w[8];
+        std::memcpy(w, p + i, 64);
+        s0 += w[0] + w[4]; s1 += w[1] + w[5]; s2 += w[2] + w[6]; s3 += w[3] + w[7];
       }
       for (; i < b; ++i) s0 += p[i];
       sums[t] = s0 + s1 + s2 + s3;
