@@ -1,5 +1,6 @@
 """The GGUF reader against gguf-py's GGUFReader, and writer round trips."""
 import io
+import os
 
 import gguf as ggufpy
 import numpy as np
@@ -129,3 +130,26 @@ def test_writer_rejects_wrong_sizes_and_order():
         w.write_tensor("b", [np.ones(32, "<f4")])
     with pytest.raises(ValueError, match="wrote 64 bytes, expected 128"):
         w.write_tensor("a", [np.ones(16, "<f4")])
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The kernel's VmFlags of the mapping that holds `address`."""
+    flags, inside = None, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("VmFlags:"):
+                flags = line.split()[1:]
+    assert flags is not None, "no mapping holds the address"
+    return flags
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only")
+def test_the_map_asks_for_huge_pages(tiny_path):
+    # VM_HUGEPAGE ("hg"): the kernel reads the file into 2 MiB folios and maps
+    # them whole where it can, so the weights stream through fewer TLB entries
+    f = GGUFFile(tiny_path)
+    assert "hg" in _vm_flags(f.buf.ctypes.data)

@@ -129,6 +129,22 @@ class TensorInfo:
         return tuple(reversed(self.dims))
 
 
+def _ask_for_huge_pages(m: mmap.mmap) -> None:
+    """Ask Linux to read the file into 2 MiB folios and map them whole
+    (file-backed transparent huge pages, where the kernel and the file system
+    have them): the weights then stream through a TLB entry per 2 MiB
+    instead of one per 4 KiB page. Measured: the output head (Q8_0, 615 MB)
+    read at 25.5 GB/s from a mapping of 4 KiB pages, 29.5 from 2 MiB ones
+    (AMD EPYC, 2 threads). Linux 6.18 on ext4 reads cold files into 2 MiB
+    folios even without the hint (the 20b then decodes the same with it and
+    without); it matters where only VM_HUGEPAGE turns huge readahead on.
+    Pages already cached keep their size. A no-op where unsupported."""
+    try:
+        m.madvise(mmap.MADV_HUGEPAGE)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 class GGUFFile:
     """A memory-mapped GGUF file, or the first part of a split set, which then
     holds the tensors of every part (`parts`; each tensor's `part` says
@@ -145,6 +161,7 @@ class GGUFFile:
         except IsADirectoryError:
             raise GGUFError(f"{self.path}: not a GGUF file: it is a directory") from None
         self.size = size
+        _ask_for_huge_pages(self._mmap)
         self.buf = np.frombuffer(self._mmap, dtype=np.uint8)
         self.fields: dict[str, Field] = {}
         self.tensors: dict[str, TensorInfo] = {}
