@@ -246,7 +246,7 @@ AVX2 inline void mxfp4_pair(const uint8_t* blk, const int16_t* qc, const int32_t
 
 // MXFP4 in a loop of its own, for every tile: a token's blocks are summed in
 // pairs, c0 d0 + c1 d1 (a multiply and an FMA; d is a power of two, so c0 d0
-// is exact), and each pair then into the token's accumulator. Every tile
+// is exact short of the float range's ends), and each pair then into the token's accumulator. Every tile
 // pairs the same blocks (0 with 1, 2 with 3, ..; an odd last block alone),
 // so a token's bits do not depend on the tile. Why: at one token a block's
 // other work issues in less time than the FMA chain of one block per step
@@ -261,7 +261,6 @@ template <int TT>
 AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
   const int16_t* q = a.q;
   const int32_t* e = a.e;
-  if (!e) __builtin_unreachable();   // (no null test per block)
   __m256 acc[TT];
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
