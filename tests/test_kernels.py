@@ -64,3 +64,20 @@ def test_peak_rate_names_the_paths_instruction(impl):
                                   "neon": ("smlal/smlal2 (int16 -> int32)", 4)}[impl]
     with pytest.raises(ValueError, match="impl must be"):
         _kernels.peak_int16_macs("sse9", 10)
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, (1 << 20) + 77, 3 * (1 << 20) + 5])
+def test_the_bandwidth_probe_reads_every_byte(n):
+    # stream_read sums the buffer's 64-bit words, then the bytes past the last
+    # whole 64: a byte it skipped (a chunk, the tail) would change the sum
+    buf = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    body = n - n % 64
+    with np.errstate(over="ignore"):
+        expected = buf[:body].view("<u8").sum(dtype=np.uint64) + buf[body:].sum(dtype=np.uint64)
+    before = _kernels.num_threads()
+    try:
+        for threads in (1, 2):
+            _kernels.set_num_threads(threads)
+            assert _kernels.stream_read(buf) == int(expected)
+    finally:
+        _kernels.set_num_threads(before)
