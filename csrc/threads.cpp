@@ -81,7 +81,6 @@ class Pool {
     }
     ++stats_.parallel;
     fn_ = &fn;
-    n_tasks_ = n_tasks;
     for (int i = 0; i < n_threads_; ++i) {
       ranges_[i].next.store(n_tasks * i / n_threads_, std::memory_order_relaxed);
       ranges_[i].end = n_tasks * (i + 1) / n_threads_;
@@ -211,7 +210,6 @@ class Pool {
   std::unique_ptr<Range[]> ranges_;
   std::atomic<int> active_{0};
   const std::function<void(size_t)>* fn_ = nullptr;
-  size_t n_tasks_ = 0;
   std::exception_ptr error_;
   std::atomic<bool> quit_{false};
   bool caller_waiting_ = false;   // guarded by m_
