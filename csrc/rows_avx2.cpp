@@ -164,7 +164,7 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
   // The scales d[h] * a.d[t] (as the reference rounds them), for all tokens
   // at once where the tile is full: the tokens' steps then broadcast each
   // from memory, a load instead of a multiply and a shuffle per token.
-  static_assert(F != Format::MXFP4, "MXFP4 runs row_mxfp4");
+  static_assert(F != Format::MXFP4, "MXFP4 runs row_mxfp4 (rows_avx2_i16)");
   constexpr int H = halves_differ(F) ? 2 : 1;
   alignas(32) float scale[H][TT];
   for (int h = 0; h < H; ++h) {
@@ -246,9 +246,9 @@ AVX2 inline void mxfp4_pair(const uint8_t* blk, const int16_t* qc, const int32_t
 
 // MXFP4 in a loop of its own, for every tile: a token's blocks are summed in
 // pairs, c0 d0 + c1 d1 (a multiply and an FMA; d is a power of two, so c0 d0
-// is exact short of the float range's ends), and each pair then into the token's accumulator. Every tile
-// pairs the same blocks (0 with 1, 2 with 3, ..; an odd last block alone),
-// so a token's bits do not depend on the tile. Why: at one token a block's
+// is exact short of the float range's ends), and each pair then into the
+// token's accumulator. Every tile pairs the same blocks (0 with 1, 2 with 3,
+// ..; an odd last block alone), so a token's bits do not depend on the tile. Why: at one token a block's
 // other work issues in less time than the FMA chain of one block per step
 // takes (5 cycles on Zen 2); pairs halve the chain. The loop also carries
 // no bookkeeping beyond its pointers (the general loop tested and branched
@@ -308,9 +308,6 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
       superblock_scales(F, blk, d, m, half_avx2);
       for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
     }
-  } else if constexpr (F == Format::MXFP4) {
-    row_mxfp4<TT>(row, n_chunks, a, out);
-    return;
   } else if constexpr (TT <= 2) {
     float d[2], m[2];
 #pragma GCC unroll 2
@@ -338,7 +335,8 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                    float* Y, size_t ldy, const float* bias) {
   rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
-    row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
+    if constexpr (decltype(F)::value == Format::MXFP4) row_mxfp4<decltype(TT)::value>(args...);
+    else row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
   });
 }
 
