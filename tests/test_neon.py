@@ -149,6 +149,34 @@ def test_products_of_every_format_equal_the_reference(neon_check, tmp_path):
             assert np.all(np.abs(ref - exact)[ok] <= tol[ok]), what
 
 
+def test_every_block_scale_gives_the_references_bits(neon_check, tmp_path):
+    """The NEON kernels read scales their own way (a table of the 256 E8M0
+    bytes, the hardware's fp16 conversion): every E8M0 byte, and every 32nd
+    fp16 pattern (subnormals, infinities, NaNs, both signs), against the
+    reference."""
+    rng = np.random.default_rng(3)
+    # one block per row, so that each row's sum is its scale's alone
+    mx = weights(rng, "mxfp4", 256, 32)
+    mx[:, 0] = np.arange(256, dtype=np.uint8)
+    q8 = weights(rng, "q8_0", 2048, 32)
+    q8[:, :2] = np.arange(0, 65536, 32, dtype="<u2").view(np.uint8).reshape(-1, 2)
+    cases = []
+    for fmt, w in (("mxfp4", mx), ("q8_0", q8)):
+        x = rng.standard_normal((3, 32)).astype(np.float32)
+        cases.append((fmt, w, x, product_case(FORMATS.index(fmt), w, x, np.zeros(w.shape[0], np.float32), True)))
+    out = run_cases(neon_check, b"".join(c[3] for c in cases), tmp_path)
+    at = 0
+    for fmt, w, x, _ in cases:
+        t, n = x.shape[0], w.shape[0]
+        neon, ref, alone = (np.frombuffer(out, "<f4", t * n, at + 4 * t * n * j).reshape(t, n) for j in range(3))
+        at += 12 * t * n
+        here = np.empty((t, n), np.float32)
+        _kernels.matmul(fmt, w, x, here, None, "generic", "i16")
+        for other in (ref, here, alone):
+            assert_same_bits(neon, other, fmt)
+        assert np.isfinite(neon).mean() > 0.2 and (np.isnan(neon) | np.isinf(neon)).any(), fmt
+
+
 def fp16_bits(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float16).view(np.uint16)
 
