@@ -243,3 +243,25 @@ def test_the_check_builds_from_the_extensions_sources():
         assert f"csrc/{name}.cpp" in cmake
     line = next(l for l in cmake.splitlines() if l.startswith("set_source_files_properties"))
     assert {n for n in SOURCES if f"csrc/{n}.cpp" in line} == NO_CONTRACT
+
+
+def test_the_instruction_counter_counts_what_runs(tmp_path):
+    """benchmarks/neon_instructions.py's QEMU plugin: a loop of two
+    instructions run n times adds 2 n to the count."""
+    need(CXX, QEMU)
+    plugin = tmp_path / "libcount.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", str(ROOT / "benchmarks" / "native" / "qemu_insn_count.c"),
+                    "-o", str(plugin)], check=True, timeout=120)
+    src = tmp_path / "loop.cpp"
+    src.write_text('#include <cstdlib>\nint main(int, char** argv) {\n  long n = std::atol(argv[1]);\n'
+                   '  asm volatile("1: subs %0, %0, #1\\n b.ne 1b" : "+r"(n));\n  return 0;\n}\n')
+    exe = tmp_path / "loop"
+    subprocess.run([CXX, "-O2", "-static", str(src), "-o", str(exe)], check=True, timeout=300)
+
+    def count(n: int) -> int:
+        r = subprocess.run([QEMU, "-plugin", str(plugin), "-d", "plugin", str(exe), str(n)], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return int(next(l for l in (r.stdout + r.stderr).splitlines() if l.startswith("instructions ")).split()[1])
+
+    assert count(3000) - count(1000) == 2 * 2000
