@@ -74,18 +74,24 @@ inline void prefetch_ahead(const uint8_t* blk, size_t bytes) {
 }
 
 // Rows [n0, n1) in tiles of up to 8 tokens: tile(TT, row, t0, out) computes
-// one row against tokens t0 .. t0 + TT - 1.
+// one row against tokens t0 .. t0 + TT - 1. Token tiles outside, rows
+// inside: a tile's activations (8 tokens of a 2880-wide row: 46 KB of int16)
+// stay in the L2 while a task's rows (16: 26-55 KB) pass over them, where
+// rows outside streamed every token's activations (737 KB at 128 tokens)
+// from the L3 again for each row: 128 tokens 1.09-1.16x (MXFP4, Q8_0, Q4_K,
+// Q6_K; AMD EPYC, 2 threads, alternating builds in one process). Each token's
+// sums are the same either way.
 template <class Tile>
 inline void rows_by_tiles(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, size_t T, float* Y,
                           size_t ldy, const float* bias, Tile&& tile) {
   const size_t rb = row_bytes(f, K);
   float tmp[kTokenTile];
-  for (size_t n = n0; n < n1; ++n) {
-    const uint8_t* row = W + n * rb;
-    const float b = bias ? bias[n] : 0.f;
-    for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
-      const size_t tt = std::min(kTokenTile, T - t0);
+  for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
+    const size_t tt = std::min(kTokenTile, T - t0);
+    for (size_t n = n0; n < n1; ++n) {
+      const uint8_t* row = W + n * rb;
       with_tile(tt, [&](auto TT) { tile(TT, row, t0, tmp); });
+      const float b = bias ? bias[n] : 0.f;
       for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n] = tmp[t] + b;
     }
   }
@@ -94,7 +100,8 @@ inline void rows_by_tiles(Format f, const uint8_t* W, size_t n0, size_t n1, size
 // Rows [n0, n1) against fp32 activations in tiles of up to kFloatTile
 // tokens: tile(TT, row, X_t0, out) computes one row against tokens t0 ..
 // t0 + TT - 1 (the float kernels keep several accumulators per token, so
-// their tiles stay small enough for the registers).
+// their tiles stay small enough for the registers). Token tiles outside, as
+// rows_by_tiles: 128 tokens 1.17-1.27x (F16, BF16, F32).
 constexpr size_t kFloatTile = 2;
 
 template <class Tile>
@@ -102,12 +109,12 @@ inline void rows_by_float_tiles(Format f, const uint8_t* W, size_t n0, size_t n1
                                 size_t ldx, size_t T, float* Y, size_t ldy, const float* bias, Tile&& tile) {
   const size_t rb = row_bytes(f, K);
   float tmp[kFloatTile];
-  for (size_t n = n0; n < n1; ++n) {
-    const uint8_t* row = W + n * rb;
-    const float b = bias ? bias[n] : 0.f;
-    for (size_t t0 = 0; t0 < T; t0 += kFloatTile) {
+  for (size_t t0 = 0; t0 < T; t0 += kFloatTile) {
+    for (size_t n = n0; n < n1; ++n) {
+      const uint8_t* row = W + n * rb;
       if (T - t0 >= 2) tile(std::integral_constant<int, 2>{}, row, X + t0 * ldx, tmp);
       else tile(std::integral_constant<int, 1>{}, row, X + t0 * ldx, tmp);
+      const float b = bias ? bias[n] : 0.f;
       for (size_t t = t0; t < std::min(T, t0 + kFloatTile); ++t) Y[t * ldy + n] = tmp[t - t0] + b;
     }
   }
