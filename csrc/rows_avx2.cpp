@@ -109,6 +109,79 @@ AVX2 inline void row_tile(const uint8_t* row, size_t n_blocks, const float* X, s
     out[t] = hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
 }
 
+// 8 plain-float weights from value i of a row on, as floats (exact).
+template <Format F>
+AVX2 inline __m256 load8(const uint8_t* row, size_t i) {
+  if constexpr (F == Format::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (F == Format::F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+  } else {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))), 16));
+  }
+}
+
+// R rows of plain floats (F32, F16, BF16) against TT tokens: one accumulator
+// per row and token, the products of values i .. i + 7 into it in order of
+// i, then one fixed sum across its lanes, so a row's sum for a token is the
+// same in any tile. Eight weights of each row are loaded once for all TT
+// tokens and each token's eight activations once for all R rows, so a tile
+// of 4 rows and 2 tokens issues 6 loads per 8 fused multiply-adds (one row
+// and four accumulators per token, the quantized formats' row_tile: 12 per
+// 8, bound by the loads): 128 tokens 1.5-1.7x.
+template <Format F, int R, int TT>
+AVX2 inline void float_tile(const uint8_t* row, size_t rb, size_t K, const float* X, size_t ldx, float* out) {
+  __m256 acc[R][TT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (size_t i = 0; i < K; i += 8) {
+    __m256 w[R];
+    for (int r = 0; r < R; ++r) w[r] = load8<F>(row + r * rb, i);
+    for (int t = 0; t < TT; ++t) {
+      const __m256 x = _mm256_loadu_ps(X + t * ldx + i);
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(w[r], x, acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) out[r * TT + t] = hsum_avx2(acc[r][t]);
+}
+
+// Rows [n0, n1) of plain floats in tiles of 3 rows and 4 tokens (12
+// accumulators, 3 weight vectors and an activation: the 16 registers), 4
+// rows at one token (decode: four independent chains); tokens outside, as
+// rows_by_float_tiles; the last rows and tokens in smaller tiles of the same
+// order. 3 x 4 against 4 x 2: 128 tokens BF16 1.29x, F32 1.20x, F16 1.02x.
+constexpr int kFloatTokens = 4;
+
+template <Format F>
+AVX2 void float_rows(const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
+                     float* Y, size_t ldy, const float* bias) {
+  const size_t rb = row_bytes(F, K);
+  float tmp[4 * kFloatTokens];
+  for (size_t t0 = 0; t0 < T; t0 += kFloatTokens) {
+    const size_t tt = std::min<size_t>(kFloatTokens, T - t0), rows = tt == 1 ? 4 : 3;
+    const float* x = X + t0 * ldx;
+    for (size_t n = n0; n < n1; n += rows) {
+      const size_t rr = std::min(rows, n1 - n);
+      const uint8_t* row = W + n * rb;
+      auto tile = [&](auto R) {
+        with_tile(tt, [&](auto TT) {
+          constexpr int r = decltype(R)::value, t = decltype(TT)::value;
+          if constexpr (r * t <= 12 && t <= kFloatTokens) float_tile<F, r, t>(row, rb, K, x, ldx, tmp);
+        });
+      };
+      switch (rr) {
+        case 4: tile(std::integral_constant<int, 4>{}); break;
+        case 3: tile(std::integral_constant<int, 3>{}); break;
+        case 2: tile(std::integral_constant<int, 2>{}); break;
+        default: tile(std::integral_constant<int, 1>{}); break;
+      }
+      for (size_t r = 0; r < rr; ++r)
+        for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n + r] = tmp[r * tt + t] + (bias ? bias[n + r] : 0.f);
+    }
+  }
+}
 
 // ---- int16 activations ------------------------------------------------------
 
@@ -344,6 +417,7 @@ void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const
                float* Y, size_t ldy, const float* bias) {
   with_format(f, [&](auto F) {
     constexpr Format G = decltype(F)::value;
+    if constexpr (is_float(G)) return float_rows<G>(W, n0, n1, K, X, ldx, T, Y, ldy, bias);
     rows_by_float_tiles(f, W, n0, n1, K, X, ldx, T, Y, ldy, bias,
                         [&](auto TT, const uint8_t* row, const float* x, float* out) {
                           row_tile<G, decltype(TT)::value>(row, K / 32, x, ldx, out);
