@@ -226,7 +226,8 @@ inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, 
     for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
       const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
       superblock_scales(F, blk, d, m, half_neon);
-      for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], acts_from(a, (c0 + sub) * TT), acc, accm);
+      for (int sub = 0; sub < 8; ++sub)
+        chunk_i16<F, TT>(blk, sub, d[sub], m[sub], acts_from(a, (c0 + sub) * TT), acc, accm);
     }
   } else {
     float d[2], m[2];
