@@ -114,6 +114,39 @@ AVX2 inline __m256i codes8(const uint8_t* b, int sub) {
   return _mm256_setzero_si256();
 }
 
+// Eight floats each twice (both halves of a chunk): out = v0 v0 v1 v1 .. v7 v7.
+AVX2 inline void store_twice(float* out, __m256 v) {
+  const __m256 lo = _mm256_unpacklo_ps(v, v), hi = _mm256_unpackhi_ps(v, v);
+  _mm256_storeu_ps(out, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// Q4_K and Q5_K: a super-block's eight chunk scales and minimums
+// (superblock_scales' values, bit for bit: d = dd sc, m = -(dmin mn)) by
+// vectors: the 6-bit fields unpacked as ggml does (three 32-bit words), then
+// converted, multiplied and stored eight at a time. The scalar unpacking had
+// cost 3.7 cycles per 32-value chunk of the one-token Q4_K loop's 15.
+template <class Half>
+AVX2 inline __m256 k4_superblock_scales(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
+  uint16_t h[2];
+  std::memcpy(h, b, 4);
+  uint32_t u[3], s[4];
+  std::memcpy(u, b + 4, 12);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  s[0] = u[0] & k6;                                      // scales 0..3
+  s[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);        // scales 4..7
+  s[2] = u[1] & k6;                                      // minimums 0..3
+  s[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4); // minimums 4..7
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+  const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+  const __m256 dv = _mm256_mul_ps(_mm256_set1_ps(half(h[0])), sc);
+  const __m256 mv = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(half(h[1])), mn), _mm256_set1_ps(-0.f));
+  store_twice(&d[0][0], dv);
+  store_twice(&m[0][0], mv);
+  return mv;   // (the minimums, chunk j in lane j)
+}
+
 }  // namespace x86
 }  // namespace gd
 #endif
