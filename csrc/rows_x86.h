@@ -88,9 +88,10 @@ AVX2 inline __m256i codes8(const uint8_t* b, int sub) {
     constexpr bool one = F == Format::Q5_1;
     uint32_t qh;
     std::memcpy(&qh, b + (one ? 4 : 2), 4);
-    const __m256i v = _mm256_or_si256(nibbles16(b + (one ? 8 : 6)),
-                                      _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10)));
-    return one ? v : _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+    const __m256i set = bit_bytes(qh), n = nibbles16(b + (one ? 8 : 6));
+    // the fifth bit's 16 where set (Q5_1), or the offset -16 where clear (Q5_0: code - 16)
+    if constexpr (one) return _mm256_or_si256(n, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    return _mm256_sub_epi8(n, _mm256_andnot_si256(set, _mm256_set1_epi8(16)));
   }
   if constexpr (F == Format::IQ4_NL) return _mm256_shuffle_epi8(iq4, nibbles16(b + 2));
   if constexpr (F == Format::IQ4_XS) return _mm256_shuffle_epi8(iq4, nibbles16(b + 8 + 16 * sub));
