@@ -404,6 +404,8 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
         mins_of_chunks(mv, at(c0), accm[0]);
       } else {
         if constexpr (F == Format::Q4_K || F == Format::Q5_K) k4_superblock_scales(blk, d, m, half_avx2);
+        else if constexpr (F == Format::Q6_K) q6k_superblock_scales(blk, d, m, half_avx2);
+        else if constexpr (F == Format::Q2_K || F == Format::Q3_K) k23_superblock_scales(F, blk, d, m, half_avx2);
         else superblock_scales(F, blk, d, m, half_avx2);
         for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
       }

@@ -122,6 +122,58 @@ AVX2 inline void store_twice(float* out, __m256 v) {
   _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
+// Q6_K: a super-block's sixteen half-chunk scales (superblock_scales'
+// values, bit for bit: d = dd sc, sc int8; no minimums), eight at a time:
+// half h of chunk j is scale 2 j + h, so they are stored in their order.
+template <class Half>
+AVX2 inline void q6k_superblock_scales(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
+  uint16_t h;
+  std::memcpy(&h, b + 208, 2);
+  const __m256 dd = _mm256_set1_ps(half(h));
+  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+  _mm256_storeu_ps(&d[0][0], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+  _mm256_storeu_ps(&d[4][0], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+  _mm256_storeu_ps(&m[0][0], _mm256_setzero_ps());
+  _mm256_storeu_ps(&m[4][0], _mm256_setzero_ps());
+}
+
+// Sixteen int32 (two vectors) times a scale, as floats, stored in order.
+AVX2 inline void store_scaled(float* out, __m256i lo, __m256i hi, __m256 scale) {
+  _mm256_storeu_ps(out, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(lo)));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(hi)));
+}
+
+// Q2_K and Q3_K likewise (superblock_scales' values, bit for bit): Q2_K's
+// sixteen bytes hold a scale (low nibble, d = dd sc) and a minimum (high
+// nibble, m = -(dmin mn)); Q3_K's sixteen 6-bit scales (unpacked as ggml
+// does) less 32, times dd.
+template <class Half>
+AVX2 inline void k23_superblock_scales(Format f, const uint8_t* b, float d[8][2], float m[8][2], Half half) {
+  uint16_t h[2];
+  if (f == Format::Q2_K) {
+    std::memcpy(h, b + 80, 4);
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), low = _mm_set1_epi8(0x0F);
+    const __m128i sc = _mm_and_si128(bytes, low), mn = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
+    store_scaled(&d[0][0], _mm256_cvtepu8_epi32(sc), _mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8)),
+                 _mm256_set1_ps(half(h[0])));
+    store_scaled(&m[0][0], _mm256_cvtepu8_epi32(mn), _mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8)),
+                 _mm256_set1_ps(half(h[1])));
+    const __m256 sign = _mm256_set1_ps(-0.f);   // m = -(dmin mn)
+    _mm256_storeu_ps(&m[0][0], _mm256_xor_ps(_mm256_loadu_ps(&m[0][0]), sign));
+    _mm256_storeu_ps(&m[4][0], _mm256_xor_ps(_mm256_loadu_ps(&m[4][0]), sign));
+  } else {   // Q3_K
+    std::memcpy(h, b + 108, 2);
+    int8_t sc[16];
+    q3k_scales(b + 96, sc);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+    const __m256i k32 = _mm256_set1_epi32(32);
+    store_scaled(&d[0][0], _mm256_sub_epi32(_mm256_cvtepi8_epi32(v), k32),
+                 _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)), k32), _mm256_set1_ps(half(h[0])));
+    _mm256_storeu_ps(&m[0][0], _mm256_setzero_ps());
+    _mm256_storeu_ps(&m[4][0], _mm256_setzero_ps());
+  }
+}
+
 // Q4_K and Q5_K: a super-block's eight chunk scales and minimums
 // (superblock_scales' values, bit for bit: d = dd sc, m = -(dmin mn)) by
 // vectors: the 6-bit fields unpacked as ggml does (three 32-bit words), then
