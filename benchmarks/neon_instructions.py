@@ -28,18 +28,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ROOT / "benchmarks" / "native"
-CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
-SOURCES = ["cpu", "quants", "matmul", "threads", "attention", "formats", "rows_generic", "rows_neon", "rows_avx2",
-           "rows_avx512"]
-NO_CONTRACT = {"formats", "rows_generic", "rows_neon", "rows_avx2", "rows_avx512"}
+sys.path.insert(0, str(ROOT / "tests"))
+# the kernel sources and their flags as the NEON tests build them (which check them against CMakeLists.txt)
+from test_neon import CXX, NO_CONTRACT, QEMU, SOURCES  # noqa: E402
 
 
 def build_driver(csrc: Path, out: Path) -> Path:
     """The counting driver linked with csrc's kernels (as CMakeLists.txt
     compiles them: -O3, the row kernels without contraction)."""
     out.mkdir(parents=True, exist_ok=True)
-    names = SOURCES + sorted(p.stem for p in csrc.glob("rows_neon_*.cpp"))
-    jobs = [(csrc / f"{n}.cpp", out / f"{n}.o", n in NO_CONTRACT or n.startswith("rows_neon")) for n in names]
+    jobs = [(csrc / f"{n}.cpp", out / f"{n}.o", n in NO_CONTRACT) for n in SOURCES]
     jobs.append((NATIVE / "neon_count.cpp", out / "neon_count.o", False))
 
     def compile_one(job):

@@ -397,18 +397,12 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
       const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
       if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
-      if constexpr ((F == Format::Q4_K || F == Format::Q5_K) && TT == 1) {
-        // one token: the eight chunks' minimum terms at once (mins_of_chunks)
-        const __m256 mv = k4_superblock_scales(blk, d, m, half_avx2);
-        for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT, false>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
-        mins_of_chunks(mv, at(c0), accm[0]);
-      } else {
-        if constexpr (F == Format::Q4_K || F == Format::Q5_K) k4_superblock_scales(blk, d, m, half_avx2);
-        else if constexpr (F == Format::Q6_K) q6k_superblock_scales(blk, d, m, half_avx2);
-        else if constexpr (F == Format::Q2_K || F == Format::Q3_K) k23_superblock_scales(F, blk, d, m, half_avx2);
-        else superblock_scales(F, blk, d, m, half_avx2);
-        for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
-      }
+      // one token of Q4_K or Q5_K: the eight chunks' minimum terms at once
+      constexpr bool mins_at_once = (F == Format::Q4_K || F == Format::Q5_K) && TT == 1;
+      const __m256 mv = superblock_scales_avx2<F>(blk, d, m, half_avx2);
+      for (int sub = 0; sub < 8; ++sub)
+        chunk_i16<F, TT, has_min(F) && !mins_at_once>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+      if constexpr (mins_at_once) mins_of_chunks(mv, at(c0), accm[0]);
     }
   } else if constexpr (TT <= 2) {
     float d[2], m[2];

@@ -162,9 +162,10 @@ constexpr E8m0Table e8m0_half_table() {
 }
 constexpr E8m0Table kE8m0Half = e8m0_half_table();
 
-// The scales and offsets of one chunk, as the reference finds them.
+// The scales and offsets of a 32-value block, as the reference finds them
+// (super-blocks take superblock_scales).
 template <Format F>
-inline void scales(const uint8_t* b, int sub, float d[2], float m[2]) {
+inline void scales(const uint8_t* b, float d[2], float m[2]) {
   if constexpr (F == Format::MXFP4) {
     d[0] = d[1] = kE8m0Half.v[b[0]];
     m[0] = m[1] = 0.f;
@@ -174,7 +175,7 @@ inline void scales(const uint8_t* b, int sub, float d[2], float m[2]) {
     d[0] = d[1] = half_neon(h);
     m[0] = m[1] = 0.f;
   } else {
-    chunk_scales(F, b, sub, d, m, half_neon);
+    chunk_scales(F, b, 0, d, m, half_neon);
   }
 }
 
@@ -233,7 +234,7 @@ inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, 
     float d[2], m[2];
     for (size_t c = 0; c < n_chunks; ++c) {
       const uint8_t* blk = row + c * block_bytes(F);
-      scales<F>(blk, 0, d, m);
+      scales<F>(blk, d, m);
       chunk_i16<F, TT>(blk, 0, d, m, acts_from(a, c * TT), acc, accm);
     }
   }

@@ -123,6 +123,20 @@ AVX2 inline void store_twice(float* out, __m256 v) {
   _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
+// Sixteen int32 (two vectors) times a scale, as floats, stored in order;
+// with flip = -0.f negated after the product (-(scale v)).
+AVX2 inline void store_scaled(float* out, __m256i lo, __m256i hi, __m256 scale, float flip = 0.f) {
+  const __m256 f = _mm256_set1_ps(flip);
+  _mm256_storeu_ps(out, _mm256_xor_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(lo)), f));
+  _mm256_storeu_ps(out + 8, _mm256_xor_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(hi)), f));
+}
+
+// Sixteen zeros (the minimums of formats without them).
+AVX2 inline void store_zeros(float* out) {
+  _mm256_storeu_ps(out, _mm256_setzero_ps());
+  _mm256_storeu_ps(out + 8, _mm256_setzero_ps());
+}
+
 // Q6_K: a super-block's sixteen half-chunk scales (superblock_scales'
 // values, bit for bit: d = dd sc, sc int8; no minimums), eight at a time:
 // half h of chunk j is scale 2 j + h, so they are stored in their order.
@@ -130,18 +144,10 @@ template <class Half>
 AVX2 inline void q6k_superblock_scales(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
   uint16_t h;
   std::memcpy(&h, b + 208, 2);
-  const __m256 dd = _mm256_set1_ps(half(h));
   const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-  _mm256_storeu_ps(&d[0][0], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
-  _mm256_storeu_ps(&d[4][0], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
-  _mm256_storeu_ps(&m[0][0], _mm256_setzero_ps());
-  _mm256_storeu_ps(&m[4][0], _mm256_setzero_ps());
-}
-
-// Sixteen int32 (two vectors) times a scale, as floats, stored in order.
-AVX2 inline void store_scaled(float* out, __m256i lo, __m256i hi, __m256 scale) {
-  _mm256_storeu_ps(out, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(lo)));
-  _mm256_storeu_ps(out + 8, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(hi)));
+  store_scaled(&d[0][0], _mm256_cvtepi8_epi32(sc), _mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)),
+               _mm256_set1_ps(half(h)));
+  store_zeros(&m[0][0]);
 }
 
 // Q2_K and Q3_K likewise (superblock_scales' values, bit for bit): Q2_K's
@@ -158,10 +164,7 @@ AVX2 inline void k23_superblock_scales(Format f, const uint8_t* b, float d[8][2]
     store_scaled(&d[0][0], _mm256_cvtepu8_epi32(sc), _mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8)),
                  _mm256_set1_ps(half(h[0])));
     store_scaled(&m[0][0], _mm256_cvtepu8_epi32(mn), _mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8)),
-                 _mm256_set1_ps(half(h[1])));
-    const __m256 sign = _mm256_set1_ps(-0.f);   // m = -(dmin mn)
-    _mm256_storeu_ps(&m[0][0], _mm256_xor_ps(_mm256_loadu_ps(&m[0][0]), sign));
-    _mm256_storeu_ps(&m[4][0], _mm256_xor_ps(_mm256_loadu_ps(&m[4][0]), sign));
+                 _mm256_set1_ps(half(h[1])), -0.f);   // m = -(dmin mn)
   } else {   // Q3_K
     std::memcpy(h, b + 108, 2);
     int8_t sc[16];
@@ -170,8 +173,7 @@ AVX2 inline void k23_superblock_scales(Format f, const uint8_t* b, float d[8][2]
     const __m256i k32 = _mm256_set1_epi32(32);
     store_scaled(&d[0][0], _mm256_sub_epi32(_mm256_cvtepi8_epi32(v), k32),
                  _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)), k32), _mm256_set1_ps(half(h[0])));
-    _mm256_storeu_ps(&m[0][0], _mm256_setzero_ps());
-    _mm256_storeu_ps(&m[4][0], _mm256_setzero_ps());
+    store_zeros(&m[0][0]);
   }
 }
 
@@ -199,6 +201,18 @@ AVX2 inline __m256 k4_superblock_scales(const uint8_t* b, float d[8][2], float m
   store_twice(&d[0][0], dv);
   store_twice(&m[0][0], mv);
   return mv;   // (the minimums, chunk j in lane j)
+}
+
+// A super-block's scales and minimums for the AVX2 kernels: the formats
+// above by vectors, the others (IQ4_XS) by superblock_scales. Returns Q4_K's
+// and Q5_K's minimums, chunk j in lane j (zeros for the others).
+template <Format F, class Half>
+AVX2 inline __m256 superblock_scales_avx2(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
+  if constexpr (F == Format::Q4_K || F == Format::Q5_K) return k4_superblock_scales(b, d, m, half);
+  if constexpr (F == Format::Q6_K) q6k_superblock_scales(b, d, m, half);
+  else if constexpr (F == Format::Q2_K || F == Format::Q3_K) k23_superblock_scales(F, b, d, m, half);
+  else superblock_scales(F, b, d, m, half);
+  return _mm256_setzero_ps();
 }
 
 }  // namespace x86

@@ -28,7 +28,7 @@ import pytest
 from goosedump import _kernels, randblocks
 from goosedump.gguf import BLOCK_SIZES, GGMLType
 from test_neon import (ATTENTION_CASES, CSRC, FORMATS, FLOATS, NO_CONTRACT, ROOT, SOURCES, assert_same_bits,
-                       check_attention, product_case)
+                       check_attention, product_case, product_results)
 
 CXX = "g++"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
@@ -104,12 +104,9 @@ def run_cases(exe: Path, cases: bytes, tmp_path: Path) -> bytes:
 
 
 def results(out: bytes, inputs):
-    at = 0
-    for fmt, w, x, bias in inputs:
-        t, n = x.shape[0], w.shape[0]
-        path, ref, alone = (np.frombuffer(out, "<f4", t * n, at + 4 * t * n * j).reshape(t, n) for j in range(3))
-        at += 12 * t * n
-        yield fmt, w, x, bias, path, ref, alone, f"{fmt} {n}x{x.shape[1]}, {t} tokens"
+    split = product_results(out, [(x.shape[0], w.shape[0]) for _, w, x, _ in inputs])
+    for (fmt, w, x, bias), (path, ref, alone) in zip(inputs, split):
+        yield fmt, w, x, bias, path, ref, alone, f"{fmt} {w.shape[0]}x{x.shape[1]}, {x.shape[0]} tokens"
 
 
 def padded(fmt: str, k: int) -> int:

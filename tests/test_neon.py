@@ -103,6 +103,15 @@ def product_case(fmt_id: int, w: np.ndarray, x: np.ndarray, bias: np.ndarray, i1
             + bias.astype("<f4").tobytes())
 
 
+def product_results(out: bytes, shapes):
+    """The check's output split per product case (shapes: each case's
+    tokens and rows): its path's, the reference's and token-by-token Y."""
+    at = 0
+    for t, n in shapes:
+        yield tuple(np.frombuffer(out, "<f4", t * n, at + 4 * t * n * j).reshape(t, n) for j in range(3))
+        at += 12 * t * n
+
+
 def test_products_of_every_format_equal_the_reference(neon_check, tmp_path):
     rng = np.random.default_rng(11)
     cases, inputs = [], []
@@ -121,11 +130,9 @@ def test_products_of_every_format_equal_the_reference(neon_check, tmp_path):
                 cases.append(product_case(FORMATS.index(fmt), w, x, bias, i16))
                 inputs.append((fmt, i16, w, x, bias))
     out = run_cases(neon_check, b"".join(cases), tmp_path)
-    at = 0
-    for fmt, i16, w, x, bias in inputs:
+    results = product_results(out, [(x.shape[0], w.shape[0]) for _, _, w, x, _ in inputs])
+    for (fmt, i16, w, x, bias), (neon, ref, alone) in zip(inputs, results):
         t, n = x.shape[0], w.shape[0]
-        neon, ref, alone = (np.frombuffer(out, "<f4", t * n, at + 4 * t * n * j).reshape(t, n) for j in range(3))
-        at += 12 * t * n
         what = f"{fmt} {'i16' if i16 else 'f32'} {n}x{x.shape[1]}, {t} tokens"
         # a token's sums are formed in the same order alone or in a batch
         assert_same_bits(alone, neon, what)
@@ -165,11 +172,9 @@ def test_every_block_scale_gives_the_references_bits(neon_check, tmp_path):
         x = rng.standard_normal((3, 32)).astype(np.float32)
         cases.append((fmt, w, x, product_case(FORMATS.index(fmt), w, x, np.zeros(w.shape[0], np.float32), True)))
     out = run_cases(neon_check, b"".join(c[3] for c in cases), tmp_path)
-    at = 0
-    for fmt, w, x, _ in cases:
+    results = product_results(out, [(x.shape[0], w.shape[0]) for _, w, x, _ in cases])
+    for (fmt, w, x, _), (neon, ref, alone) in zip(cases, results):
         t, n = x.shape[0], w.shape[0]
-        neon, ref, alone = (np.frombuffer(out, "<f4", t * n, at + 4 * t * n * j).reshape(t, n) for j in range(3))
-        at += 12 * t * n
         here = np.empty((t, n), np.float32)
         _kernels.matmul(fmt, w, x, here, None, "generic", "i16")
         for other in (ref, here, alone):
