@@ -45,6 +45,13 @@ constexpr bool has_min(Format f) {
 }
 // Formats whose halves of a chunk may have different scales (sub-blocks of 16).
 constexpr bool halves_differ(Format f) { return f == Format::Q2_K || f == Format::Q3_K || f == Format::Q6_K; }
+// Formats whose integer codes lie within -32..32 (all but Q8_0's and the
+// IQ4 tables' 8-bit ones, and the plain floats): times 256 they stay int16,
+// and four products with int16 activations stay below 2^30.
+constexpr bool small_codes(Format f) {
+  return f == Format::Q4_0 || f == Format::Q4_1 || f == Format::Q5_0 || f == Format::Q5_1 || f == Format::Q2_K ||
+         f == Format::Q3_K || f == Format::Q4_K || f == Format::Q5_K || f == Format::Q6_K || f == Format::MXFP4;
+}
 // Values and bytes per block.
 constexpr int block_values(Format f) {
   switch (f) {

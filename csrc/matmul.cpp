@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -26,7 +28,7 @@ constexpr size_t kRowsPerTask = 16;
 }  // namespace
 
 ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl)
-    : acts(is_float(f) ? Acts::F32 : a), X(x), ldx(ld) {
+    : acts(is_float(f) ? Acts::F32 : a), X(x), ldx(ld), even_odd(even_odd_acts(f, impl)) {
   // Plain-float weights take fp32 activations: their products are exact
   // floats either way, and int16 codes would only lose precision.
   if (acts == Acts::I16) {
@@ -34,11 +36,13 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
     d.resize(T * K / kBlock);
     e.resize(T * K / kBlock);
     if (has_min(f)) s.resize(2 * T * K / kBlock);
-    quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), e.data(), f == Format::MXFP4, impl);
+    quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), e.data(), even_odd, impl);
     if (has_min(f))   // the sum of each half block's codes: the minimums' terms need it
       for (size_t i = 0; i < 2 * T * K / kBlock; ++i) {
+        const int16_t* b = &q[16 * (i & ~size_t(1))];   // the half's block
+        const int h = int(i & 1);
         int32_t v = 0;
-        for (int j = 0; j < 16; ++j) v += q[16 * i + j];
+        for (int j = 16 * h; j < 16 * h + 16; ++j) v += b[even_odd ? act_slot(j) : j];
         s[i] = v;
       }
   }
@@ -47,7 +51,10 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
 void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
                  float* Y, size_t ldy, const float* bias, Impl impl) {
   if (a.acts == Acts::I16) {
-    const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data()};
+    if (a.even_odd != even_odd_acts(f, impl))
+      throw std::logic_error(std::string("matmul_rows: activations quantized for another path than ") +
+                             impl_name(impl));
+    const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data(), a.even_odd};
 #ifdef GD_X86
     if (impl == Impl::Avx512) return rows_avx512_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
     if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);

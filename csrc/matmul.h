@@ -32,24 +32,34 @@ struct ArgMax { size_t index; float value; };
 ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float* x, Impl impl,
                      Acts acts = Acts::I16);
 
+// Whether the I16 form of activations for weights of format f, as the path
+// impl (resolved) reads them, holds each block in act_slot's even/odd order:
+// MXFP4 on every path; on AVX2 also the other formats with small codes,
+// which it widens by a shift and a mask instead of a cross-lane widening
+// (see rows_avx2.cpp's load_codes).
+constexpr bool even_odd_acts(Format f, Impl impl) {
+  return f == Format::MXFP4 || (impl == Impl::Avx2 && small_codes(f));
+}
+
 // Activations in the form a product with weights of format f reads: fp32 as
-// given, or the I16 form (quantized once, shared by every row; for MXFP4 in
-// the even/odd order of act_slot).
+// given, or the I16 form (quantized once, shared by every row; even/odd
+// where even_odd_acts says so).
 struct ActView {
   Acts acts;
   const float* X;
   size_t ldx;
+  bool even_odd = false;
   std::vector<int16_t> q;
   std::vector<float> d;
   std::vector<int32_t> e;
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
-  // The form a format's products read activations in: fp32, int16, int16
-  // with half-block sums, int16 even/odd (MXFP4); one view serves formats of
-  // the same form.
-  static int form(Acts a, Format f) {
+  // The form a format's products read activations in on the path impl
+  // (resolved): fp32, int16 (with half-block sums or without, in natural or
+  // even/odd order); one view serves formats of the same form.
+  static int form(Acts a, Format f, Impl impl) {
     if (is_float(f) || a == Acts::F32) return 0;
-    return f == Format::MXFP4 ? 3 : has_min(f) ? 2 : 1;
+    return 1 + (has_min(f) ? 1 : 0) + (even_odd_acts(f, impl) ? 2 : 0);
   }
 };
 
@@ -66,8 +76,9 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
 // largest that keeps the block's largest value within 32767 (each value
 // rounded to within 2^-15 of it).
 // With even_odd, activation j of a 32-block sits at act_slot(j): even ones
-// first (0, 2, .., 30), then odd ones, the order the AVX2 kernel widens
-// MXFP4 codes in (by shifts, cheaper there than a cross-lane widening).
+// first (0, 2, .., 30), then odd ones, the order the AVX2 kernels widen
+// small codes in (by a shift and a mask, cheaper there than a cross-lane
+// widening).
 constexpr int act_slot(int j) { return (j & 1) ? 16 + (j >> 1) : (j >> 1); }
 
 void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, int32_t* e,

@@ -74,7 +74,8 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
   const size_t gate_rb = row_bytes(a.gate_fmt, D), up_rb = row_bytes(a.up_fmt, D), down_rb = row_bytes(a.down_fmt, F);
   // The activations in the form each matrix's format reads (gate and up
   // share one when their formats read the same form).
-  const bool up_own = ActView::form(acts, a.up_fmt) != ActView::form(acts, a.gate_fmt);
+  const Impl which = resolve_impl(impl);
+  const bool up_own = ActView::form(acts, a.up_fmt, which) != ActView::form(acts, a.gate_fmt, which);
   // Gathered inputs and intermediates per group.
   std::vector<std::vector<float>> x(G), gu(G), act(G), y(G);
   std::vector<size_t> n_tok(G);
@@ -87,7 +88,6 @@ void moe(const MoeArgs& a, Impl impl, Acts acts) {
     act[g].resize(n_tok[g] * F);
     y[g].resize(n_tok[g] * D);
   }
-  const Impl which = resolve_impl(impl);
   constexpr size_t kRows = 32;
 
   // Gather each group's tokens and put them in the products' activation form.

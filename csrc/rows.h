@@ -39,6 +39,7 @@ struct I16Acts {
   const float* d;
   const int32_t* e;
   const int32_t* s;
+  bool even_odd;   // each block's codes in act_slot's order (ActView::even_odd)
 };
 
 // Calls fn(std::integral_constant<int, tt>) for a tile of 1..8 tokens, so
@@ -141,7 +142,7 @@ inline void with_format(Format f, Fn&& fn) {
 // see act_block).
 inline I16Acts acts_from(const I16Acts& a, size_t blocks) {
   return I16Acts{a.q + blocks * 32, a.d ? a.d + blocks : a.d, a.e ? a.e + blocks : a.e,
-                 a.s ? a.s + 2 * blocks : a.s};
+                 a.s ? a.s + 2 * blocks : a.s, a.even_odd};
 }
 
 // An int16 product's rows [n0, n1) for a block format, in tiles:

@@ -188,15 +188,18 @@ AVX2 void float_rows(const uint8_t* W, size_t n0, size_t n1, size_t K, const flo
 // ---- int16 activations ------------------------------------------------------
 
 // The 32 weight codes of a chunk as two vectors of 16 int16 that multiply
-// the first and the second 16 activations of the block's I16 form: codes
-// 0..15 and 16..31, widened from bytes. MXFP4 (its own tuned path): codes 0,
-// 2, .., 30 and 1, 3, .., 31 (the activations are in that order, see
-// act_slot), each times 256: its 4-bit codes go through the value table as
-// 32 int8 in one 256-bit shuffle; a 16-bit lane's low byte shifted up is the
-// even code times 256, its high byte masked is the odd code times 256 (one
-// shift and one and: a sign-extending widening takes three shifts). The
-// factor 256 is exact all the way (a lane sums 4 products below 2^29; a
-// float of 256 s is 256 times the float of s) and kMxfp4Scale divides it out.
+// the first and the second 16 activations of the block's I16 form. Small
+// codes (small_codes: all but Q8_0's and IQ4's): codes 0, 2, .., 30 and 1,
+// 3, .., 31 (the activations are in that order, see act_slot), each times
+// 256: a 16-bit lane's low byte shifted up is the even code times 256, its
+// high byte masked is the odd code times 256 (a shift and an and, where the
+// sign-extending widening of both 128-bit halves took an extract and two
+// cross-lane conversions: one token Q5_0 10.3 -> 8.2, Q4_K 12.5 -> 10.4
+// cycles per chunk, AMD EPYC Zen 2). The factor 256 is exact all the way (a
+// lane sums 4 products below 2^30; a float of 256 s is 256 times the float
+// of s): the row's sum divides it out at the end (kMxfp4Scale for MXFP4).
+// MXFP4's 4-bit codes go through the value table as 32 int8 in one 256-bit
+// shuffle. Q8_0 and IQ4: codes 0..15 and 16..31, widened from bytes.
 template <Format F>
 AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i& second) {
   if constexpr (F == Format::Q8_0) {
@@ -213,12 +216,22 @@ AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i
     const __m256i w = _mm256_shuffle_epi8(table, idx);
     first = _mm256_slli_epi16(w, 8);                                        // even codes x 256
     second = _mm256_and_si256(w, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
+  } else if constexpr (small_codes(F)) {
+    const __m256i v = codes8<F>(blk, sub);
+    first = _mm256_slli_epi16(v, 8);                                        // even codes x 256
+    second = _mm256_and_si256(v, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
   } else {
     const __m256i v = codes8<F>(blk, sub);
     first = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
     second = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
   }
 }
+
+// What the rows' sums of a format carry beyond the true sum: small codes
+// enter the products times 256 (load_codes). Dividing by a power of two is
+// exact (short of the float range's ends).
+template <Format F>
+constexpr float codes_factor_inverse() { return small_codes(F) ? 1.f / 256.f : 1.f; }
 
 AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -256,8 +269,11 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
     const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
     const __m256i s1 = _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)));
     if constexpr (halves_differ(F)) {
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_broadcast_ss(&scale[0][t]), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_broadcast_ss(&scale[1][t]), acc[t]);
+      // even/odd codes: lanes 0..3 sum the first half's products, 4..7 the
+      // second's, each scaled by its half's scale
+      static_assert(small_codes(F), "the halves' lanes assume load_codes' even/odd order");
+      const __m256 sv = _mm256_blend_ps(_mm256_broadcast_ss(&scale[0][t]), _mm256_broadcast_ss(&scale[1][t]), 0xF0);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), sv, acc[t]);
     } else {
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_broadcast_ss(&scale[0][t]),
                                acc[t]);
@@ -379,6 +395,29 @@ AVX2 inline void mins_of_chunks(__m256 mv, const I16Acts& a, float& accm) {
   for (int j = 0; j < 8; ++j) accm += terms[j];
 }
 
+// One token, a super-block's eight chunks: the scales d[j][h] * ad[j] of
+// each chunk j and half h (chunk_i16's products, by two vector multiplies
+// where it formed each as a scalar, stored, and broadcast back).
+AVX2 inline void one_token_scales(const float d[8][2], const float* ad, float sc[8][2]) {
+  const __m256 v = _mm256_loadu_ps(ad);
+  const __m256 lo = _mm256_unpacklo_ps(v, v), hi = _mm256_unpackhi_ps(v, v);   // each twice
+  _mm256_store_ps(&sc[0][0], _mm256_mul_ps(_mm256_loadu_ps(&d[0][0]), _mm256_permute2f128_ps(lo, hi, 0x20)));
+  _mm256_store_ps(&sc[4][0], _mm256_mul_ps(_mm256_loadu_ps(&d[4][0]), _mm256_permute2f128_ps(lo, hi, 0x31)));
+}
+
+// chunk_i16 at one token with the chunk's scales sc (one_token_scales), no
+// minimums: the same operations.
+template <Format F>
+AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], const int16_t* q, __m256& acc) {
+  __m256i first, second;
+  load_codes<F>(blk, sub, first, second);
+  const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+                                     _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
+  const __m256 sv = halves_differ(F) ? _mm256_blend_ps(_mm256_broadcast_ss(&sc[0]), _mm256_broadcast_ss(&sc[1]), 0xF0)
+                                     : _mm256_broadcast_ss(&sc[0]);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sv, acc);
+}
+
 // One row against TT tokens. One accumulator per token whatever the tile:
 // a token's sum is formed in the same order alone or in a batch, so
 // prefill, decode and a cached prefix give the same bits. The format is a
@@ -400,8 +439,14 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
       // one token of Q4_K or Q5_K: the eight chunks' minimum terms at once
       constexpr bool mins_at_once = (F == Format::Q4_K || F == Format::Q5_K) && TT == 1;
       const __m256 mv = superblock_scales_avx2<F>(blk, d, m, half_avx2);
-      for (int sub = 0; sub < 8; ++sub)
-        chunk_i16<F, TT, has_min(F) && !mins_at_once>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+      if constexpr (TT == 1 && (!has_min(F) || mins_at_once)) {
+        alignas(32) float sc[8][2];
+        one_token_scales(d, a.d + c0, sc);
+        for (int sub = 0; sub < 8; ++sub) chunk1_i16<F>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[0]);
+      } else {
+        for (int sub = 0; sub < 8; ++sub)
+          chunk_i16<F, TT, has_min(F) && !mins_at_once>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+      }
       if constexpr (mins_at_once) mins_of_chunks(mv, at(c0), accm[0]);
     }
   } else if constexpr (TT <= 2) {
@@ -423,7 +468,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     }
   }
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]) + accm[t];
+  for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]) * codes_factor_inverse<F>() + accm[t];
 }
 
 }  // namespace

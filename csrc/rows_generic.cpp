@@ -38,7 +38,7 @@ void rows_generic(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, co
 void rows_generic_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                       float* Y, size_t ldy, const float* bias) {
   const size_t rb = row_bytes(f, K), nc = K / 32;
-  const bool split = halves_differ(f), mins = has_min(f), even_odd = f == Format::MXFP4;
+  const bool split = halves_differ(f), mins = has_min(f), even_odd = a.even_odd;
   int8_t w[32];
   float d[2], m[2];
   for (size_t n = n0; n < n1; ++n) {
