@@ -131,7 +131,7 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
     for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
       const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
       if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
-      superblock_scales(F, blk, d, m, half_avx512);
+      superblock_scales_avx2<F>(blk, d, m, half_avx512);   // (the same values as superblock_scales)
       for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
     }
   } else {

@@ -2,7 +2,7 @@
 // both paths share, the unpacking of each block format's codes into 32
 // bytes (AVX2 instructions, which the AVX-512 path widens to int16 in one
 // step) and MXFP4's scale table; and the K-quants' super-block scales by
-// vectors (the AVX2 path's; the AVX-512 path takes superblock_scales').
+// vectors (superblock_scales' values, for both paths).
 #pragma once
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
