@@ -182,37 +182,53 @@ AVX2 inline void k23_superblock_scales(Format f, const uint8_t* b, float d[8][2]
 // vectors: the 6-bit fields unpacked as ggml does (three 32-bit words), then
 // converted, multiplied and stored eight at a time. The scalar unpacking had
 // cost 3.7 cycles per 32-value chunk of the one-token Q4_K loop's 15.
-template <class Half>
-AVX2 inline __m256 k4_superblock_scales(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
-  uint16_t h[2];
-  std::memcpy(h, b, 4);
-  uint32_t u[3], s[4];
+// The eight 6-bit scales (s[0..1]) or minimums (s[2..3]) of a Q4_K or Q5_K
+// super-block, four bytes a word, unpacked as ggml does from its three words.
+inline void k4_fields(const uint8_t* b, uint32_t s[4]) {
+  uint32_t u[3];
   std::memcpy(u, b + 4, 12);
   constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
   s[0] = u[0] & k6;                                      // scales 0..3
   s[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);        // scales 4..7
   s[2] = u[1] & k6;                                      // minimums 0..3
   s[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4); // minimums 4..7
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
-  const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
-  const __m256 dv = _mm256_mul_ps(_mm256_set1_ps(half(h[0])), sc);
-  const __m256 mv = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(half(h[1])), mn), _mm256_set1_ps(-0.f));
-  store_twice(&d[0][0], dv);
-  store_twice(&m[0][0], mv);
-  return mv;   // (the minimums, chunk j in lane j)
+}
+
+// Eight bytes (one per chunk) times a super-block's fp16 factor at p, as floats;
+// with flip = -0.f negated after the product (-(factor v)).
+template <class Half>
+AVX2 inline __m256 scaled_bytes(const uint32_t s[2], const uint8_t* p, Half half, float flip = 0.f) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s))));
+  return _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(half(h)), v), _mm256_set1_ps(flip));
+}
+
+template <class Half>
+AVX2 inline void k4_superblock_scales(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
+  uint32_t s[4];
+  k4_fields(b, s);
+  store_twice(&d[0][0], scaled_bytes(s, b, half));
+  store_twice(&m[0][0], scaled_bytes(s + 2, b + 2, half, -0.f));   // m = -(dmin mn)
+}
+
+// Q4_K and Q5_K: a super-block's eight minimums alone, chunk j in lane j
+// (k4_superblock_scales' values).
+template <class Half>
+AVX2 inline __m256 k4_minimums(const uint8_t* b, Half half) {
+  uint32_t s[4];
+  k4_fields(b, s);
+  return scaled_bytes(s + 2, b + 2, half, -0.f);
 }
 
 // A super-block's scales and minimums for the AVX2 kernels: the formats
-// above by vectors, the others (IQ4_XS) by superblock_scales. Returns Q4_K's
-// and Q5_K's minimums, chunk j in lane j (zeros for the others).
+// above by vectors, the others (IQ4_XS) by superblock_scales.
 template <Format F, class Half>
-AVX2 inline __m256 superblock_scales_avx2(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
-  if constexpr (F == Format::Q4_K || F == Format::Q5_K) return k4_superblock_scales(b, d, m, half);
-  if constexpr (F == Format::Q6_K) q6k_superblock_scales(b, d, m, half);
+AVX2 inline void superblock_scales_avx2(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
+  if constexpr (F == Format::Q4_K || F == Format::Q5_K) k4_superblock_scales(b, d, m, half);
+  else if constexpr (F == Format::Q6_K) q6k_superblock_scales(b, d, m, half);
   else if constexpr (F == Format::Q2_K || F == Format::Q3_K) k23_superblock_scales(F, b, d, m, half);
   else superblock_scales(F, b, d, m, half);
-  return _mm256_setzero_ps();
 }
 
 }  // namespace x86
