@@ -170,7 +170,7 @@ void rows_generic(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, co
 void rows_generic_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                       float* Y, size_t ldy, const float* bias);
 
-// AVX2 (rows_avx2.cpp); only called when the CPU has it.
+// AVX2 (rows_avx2.cpp, rows_avx2_i16.cpp); only called when the CPU has it.
 void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
                float* Y, size_t ldy, const float* bias);
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,

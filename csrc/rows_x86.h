@@ -1,4 +1,4 @@
-// Internal to the x86 row kernels (rows_avx2.cpp, rows_avx512.cpp): what
+// Internal to the x86 row kernels (rows_avx2_i16.cpp, rows_avx512.cpp): what
 // both paths share, the unpacking of each block format's codes into 32
 // bytes (AVX2 instructions, which the AVX-512 path widens to int16 in one
 // step) and MXFP4's scale table; and the K-quants' super-block scales by

@@ -1,0 +1,356 @@
+// The int16 row products in AVX2 (with FMA and F16C): one kernel shape for
+// every block format, fed by each format's code unpacking, plus MXFP4's
+// tuned loop and one-token paths for the K-quants and the 4/5-bit formats.
+// See rows.h for the contract; the fp32 rows are rows_avx2.cpp's.
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "formats.h"
+#include "matmul.h"
+#include "quants.h"
+#include "rows.h"
+#include "rows_x86.h"
+#include "vecmath.h"
+
+namespace gd {
+namespace {
+
+using namespace x86;
+
+// The 32 weight codes of a chunk as two vectors of 16 int16 that multiply
+// the first and the second 16 activations of the block's I16 form. Small
+// codes (small_codes: all but Q8_0's and IQ4's): codes 0, 2, .., 30 and 1,
+// 3, .., 31 (the activations are in that order, see act_slot), each times
+// 256: a 16-bit lane's low byte shifted up is the even code times 256, its
+// high byte masked is the odd code times 256 (a shift and an and, where the
+// sign-extending widening of both 128-bit halves took an extract and two
+// cross-lane conversions: one token Q5_0 10.3 -> 8.2, Q4_K 12.5 -> 10.4
+// cycles per chunk, AMD EPYC Zen 2). The factor 256 is exact all the way (a
+// lane sums 4 products below 2^30; a float of 256 s is 256 times the float
+// of s): the row's sum divides it out at the end (kMxfp4Scale for MXFP4).
+// MXFP4's 4-bit codes go through the value table as 32 int8 in one 256-bit
+// shuffle. Q8_0 and IQ4: codes 0..15 and 16..31, widened from bytes.
+template <Format F>
+AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i& second) {
+  if constexpr (F == Format::Q8_0) {
+    first = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    second = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+  } else if constexpr (F == Format::MXFP4) {
+    const __m256i table = mxfp4_values256();
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    // the 16 code bytes in both halves: low nibbles (codes 0..15) index the
+    // table in the first half, high nibbles (codes 16..31) in the second
+    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
+    // (one variable shift moves the second half's high nibbles down)
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), mask);
+    const __m256i w = _mm256_shuffle_epi8(table, idx);
+    first = _mm256_slli_epi16(w, 8);                                        // even codes x 256
+    second = _mm256_and_si256(w, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
+  } else if constexpr (small_codes(F)) {
+    const __m256i v = codes8<F>(blk, sub);
+    first = _mm256_slli_epi16(v, 8);                                        // even codes x 256
+    second = _mm256_and_si256(v, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
+  } else {
+    const __m256i v = codes8<F>(blk, sub);
+    first = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
+    second = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
+  }
+}
+
+// What the rows' sums of a format carry beyond the true sum: small codes
+// enter the products times 256 (load_codes). Dividing by a power of two is
+// exact (short of the float range's ends).
+template <Format F>
+constexpr float codes_factor_inverse() { return small_codes(F) ? 1.f / 256.f : 1.f; }
+
+AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
+
+// Eight int32 (as float bits) picked from two vectors by a 128-bit-lane
+// shuffle (tokens 0, 1, 4, 5 | 2, 3, 6, 7), as floats in token order.
+AVX2 inline __m256 in_token_order(__m256 v) {
+  return _mm256_cvtepi32_ps(_mm256_permute4x64_epi64(_mm256_castps_si256(v), 0xD8));
+}
+
+// One chunk against TT tokens, into their accumulators (acc: the scaled code
+// sums, 8 lanes each; accm: the minimums' terms); a points at the chunk's
+// run of the tile (act_block); d and m: the chunk's scales and offsets.
+template <Format F, int TT, bool Mins = has_min(F)>
+AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const float m[2], const I16Acts& a,
+                           __m256* acc, float* accm) {
+  __m256i first, second;
+  load_codes<F>(blk, sub, first, second);
+  // The scales d[h] * a.d[t] (as the reference rounds them), for all tokens
+  // at once where the tile is full: the tokens' steps then broadcast each
+  // from memory, a load instead of a multiply and a shuffle per token.
+  static_assert(F != Format::MXFP4, "MXFP4 runs row_mxfp4 (rows_avx2_i16)");
+  constexpr int H = halves_differ(F) ? 2 : 1;
+  alignas(32) float scale[H][TT];
+  for (int h = 0; h < H; ++h) {
+    if constexpr (TT == 8) {
+      _mm256_store_ps(scale[h], _mm256_mul_ps(_mm256_set1_ps(d[h]), _mm256_loadu_ps(a.d)));
+    } else {
+      GD_EACH_TOKEN
+      for (int t = 0; t < TT; ++t) scale[h][t] = d[h] * a.d[t];
+    }
+  }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) {
+    const int16_t* q = a.q + t * 32;
+    const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    const __m256i s1 = _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)));
+    if constexpr (halves_differ(F)) {
+      // even/odd codes: lanes 0..3 sum the first half's products, 4..7 the
+      // second's, each scaled by its half's scale
+      static_assert(small_codes(F), "the halves' lanes assume load_codes' even/odd order");
+      const __m256 sv = _mm256_blend_ps(_mm256_broadcast_ss(&scale[0][t]), _mm256_broadcast_ss(&scale[1][t]), 0xF0);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), sv, acc[t]);
+    } else {
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_broadcast_ss(&scale[0][t]),
+                               acc[t]);
+    }
+    if constexpr (Mins && TT != 8) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
+  }
+  if constexpr (Mins && TT == 8) {
+    // The minimums' terms of a full tile at once, lane t the scalar
+    // expression's own steps (the same bits): the tokens' half sums come
+    // interleaved (t0 h0, t0 h1, t1 h0, ..), split into two vectors.
+    const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
+    const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
+    const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m256 terms = _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(m[0]), s0),
+                                                     _mm256_mul_ps(_mm256_set1_ps(m[1]), s1)),
+                                       _mm256_loadu_ps(a.d));
+    _mm256_storeu_ps(accm, _mm256_add_ps(_mm256_loadu_ps(accm), terms));
+  }
+}
+
+// The scales of one 32-value block (MXFP4's come from a table in row_mxfp4).
+template <Format F>
+AVX2 inline void block_scales(const uint8_t* blk, float d[2], float m[2]) {
+  d[0] = d[1] = m[0] = m[1] = 0.f;
+  if constexpr (F == Format::Q8_0) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    d[0] = _cvtsh_ss(h);
+  } else if constexpr (F != Format::MXFP4) {
+    chunk_scales(F, blk, 0, d, m, half_avx2);
+  }
+}
+
+// A block's sums for one token as floats (qt: its 32 activations).
+AVX2 inline __m256 mxfp4_sums(__m256i first, __m256i second, const int16_t* qt) {
+  const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt)));
+  const __m256i s1 = _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt + 16)));
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+}
+
+// A block's scale for one token (et: the token's ActView::e of the block).
+AVX2 inline __m256 mxfp4_scale(const uint8_t* blk, int32_t et) {
+  return _mm256_broadcast_ss(kMxfp4Scale + blk[0] + et);
+}
+
+// Blocks c and c + 1 of a row (blk) against TT tokens (qc, ec: the tile's
+// activations of block c on) into their accumulators.
+template <int TT>
+AVX2 inline void mxfp4_pair(const uint8_t* blk, const int16_t* qc, const int32_t* ec, __m256* acc) {
+  __m256i f0, s0, f1, s1;
+  load_codes<Format::MXFP4>(blk, 0, f0, s0);
+  load_codes<Format::MXFP4>(blk + 17, 0, f1, s1);
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) {
+    const __m256 p0 = _mm256_mul_ps(mxfp4_sums(f0, s0, qc + 32 * t), mxfp4_scale(blk, ec[t]));
+    acc[t] = _mm256_add_ps(
+        acc[t], _mm256_fmadd_ps(mxfp4_sums(f1, s1, qc + 32 * (TT + t)), mxfp4_scale(blk + 17, ec[TT + t]), p0));
+  }
+}
+
+// MXFP4 in a loop of its own, for every tile: a token's blocks are summed in
+// pairs, c0 d0 + c1 d1 (a multiply and an FMA; d is a power of two, so c0 d0
+// is exact short of the float range's ends), and each pair then into the
+// token's accumulator. Every tile pairs the same blocks (0 with 1, 2 with 3,
+// ..; an odd last block alone), so a token's bits do not depend on the tile. Why: at one token a block's
+// other work issues in less time than the FMA chain of one block per step
+// takes (5 cycles on Zen 2); pairs halve the chain. The loop also carries
+// no bookkeeping beyond its pointers (the general loop tested and branched
+// for a prefetch in every block): at one token 5.65 -> 4.85 cycles per block
+// in L1, the 20b's decode 7.2 -> 8.5 tok/s with the pool's contiguous
+// shares (threads.cpp); 8 tokens 2.94 -> 3.16 cycles per token and block
+// (the multiply is one more operation per pair), prefill 0.97x (AMD EPYC
+// Zen 2, 2 threads).
+template <int TT>
+AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  const int16_t* q = a.q;
+  const int32_t* e = a.e;
+  __m256 acc[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
+  const uint8_t* blk = row;
+  size_t c = 0;
+  if constexpr (TT <= 2) {
+    // Decode streams the row from memory: four blocks (68 bytes) per pass,
+    // one prefetch each (a line in 17 is left to the hardware prefetcher).
+    for (; c + 4 <= n_chunks; c += 4, blk += 4 * 17, q += 4 * 32 * TT, e += 4 * TT) {
+      __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
+      mxfp4_pair<TT>(blk, q, e, acc);
+      mxfp4_pair<TT>(blk + 34, q + 64 * TT, e + 2 * TT, acc);
+    }
+  }
+  for (; c + 2 <= n_chunks; c += 2, blk += 34, q += 64 * TT, e += 2 * TT) mxfp4_pair<TT>(blk, q, e, acc);
+  if (c < n_chunks) {
+    __m256i f0, s0;
+    load_codes<Format::MXFP4>(blk, 0, f0, s0);
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t)
+      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(mxfp4_sums(f0, s0, q + 32 * t), mxfp4_scale(blk, e[t])));
+  }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]);
+}
+
+// One token's minimum terms of a super-block's eight chunks (Q4_K, Q5_K:
+// both halves' minimum m, lane j of mv for chunk j; a: the token's
+// activations from the super-block's first chunk), lane j the scalar
+// expression's own steps, (m s0 + m s1) d, added in chunk order: the bits of
+// the chunk-by-chunk sums. One token's Q4_K loop spent 4.4 of its 15 cycles
+// per chunk on them one at a time.
+AVX2 inline void mins_of_chunks(__m256 mv, const I16Acts& a, float& accm) {
+  const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
+  const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
+  const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+  alignas(32) float terms[8];
+  _mm256_store_ps(terms, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)),
+                                       _mm256_loadu_ps(a.d)));
+  for (int j = 0; j < 8; ++j) accm += terms[j];
+}
+
+// One token, a super-block's eight chunks: the scales d[j][h] * ad[j] of
+// each chunk j and half h (chunk_i16's products, by two vector multiplies
+// where it formed each as a scalar, stored, and broadcast back).
+AVX2 inline void one_token_scales(const float d[8][2], const float* ad, float sc[8][2]) {
+  const __m256 v = _mm256_loadu_ps(ad);
+  const __m256 lo = _mm256_unpacklo_ps(v, v), hi = _mm256_unpackhi_ps(v, v);   // each twice
+  _mm256_store_ps(&sc[0][0], _mm256_mul_ps(_mm256_loadu_ps(&d[0][0]), _mm256_permute2f128_ps(lo, hi, 0x20)));
+  _mm256_store_ps(&sc[4][0], _mm256_mul_ps(_mm256_loadu_ps(&d[4][0]), _mm256_permute2f128_ps(lo, hi, 0x31)));
+}
+
+// The fp16 scales of eight consecutive 32-value blocks (their first two
+// bytes), as floats: the conversion block_scales makes of each.
+template <Format F>
+AVX2 inline __m256 block_halves8(const uint8_t* blk) {
+  uint16_t h[8];
+  for (int j = 0; j < 8; ++j) std::memcpy(&h[j], blk + j * block_bytes(F), 2);
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+// chunk_i16 at one token with the chunk's scales sc (one_token_scales), no
+// minimums: the same operations.
+template <Format F>
+AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], const int16_t* q, __m256& acc) {
+  __m256i first, second;
+  load_codes<F>(blk, sub, first, second);
+  const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+                                     _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
+  const __m256 sv = halves_differ(F) ? _mm256_blend_ps(_mm256_broadcast_ss(&sc[0]), _mm256_broadcast_ss(&sc[1]), 0xF0)
+                                     : _mm256_broadcast_ss(&sc[0]);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sv, acc);
+}
+
+// One row against TT tokens. One accumulator per token whatever the tile:
+// a token's sum is formed in the same order alone or in a batch, so
+// prefill, decode and a cached prefix give the same bits. The format is a
+// template parameter so that the chunk loop carries no branch; small tiles
+// unroll two chunks (large ones would run out of registers). Super-blocks
+// unpack their scales once for their eight chunks.
+template <Format F, int TT>
+AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  __m256 acc[TT];
+  float accm[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps(), accm[t] = 0.f;
+  auto at = [&](size_t c) { return acts_from(a, c * TT); };   // chunk c's activations (act_block)
+  if constexpr (block_values(F) == 256) {
+    float d[8][2], m[8][2];
+    // one token of Q4_K or Q5_K: the minimums' terms in a pass of their own
+    constexpr bool mins_apart = (F == Format::Q4_K || F == Format::Q5_K) && TT == 1;
+    for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
+      const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
+      if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
+      superblock_scales_avx2<F>(blk, d, m, half_avx2);
+      if constexpr (TT == 1 && (!has_min(F) || mins_apart)) {
+        alignas(32) float sc[8][2];
+        one_token_scales(d, a.d + c0, sc);
+        for (int sub = 0; sub < 8; ++sub) chunk1_i16<F>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[0]);
+      } else {
+        for (int sub = 0; sub < 8; ++sub)
+          chunk_i16<F, TT, has_min(F) && !mins_apart>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+      }
+    }
+    // The same terms in the same order into their own sum (the row's sum is
+    // hsum(acc) + accm either way), after the products: in the products'
+    // loop they cost 3.7 of its 10.3 cycles per chunk, apart 2.0 (one-token
+    // Q4_K in cache 10.3 -> 8.7 cycles per chunk)
+    if constexpr (mins_apart)
+      for (size_t c0 = 0; c0 < n_chunks; c0 += 8)
+        mins_of_chunks(k4_minimums(row + (c0 / 8) * block_bytes(F), half_avx2), at(c0), accm[0]);
+  } else if constexpr (TT == 1 && (F == Format::Q4_0 || F == Format::Q5_0 || F == Format::IQ4_NL)) {
+    // one token, eight chunks at a time: their scales d * a.d by one vector
+    // conversion and multiply (see one_token_scales): one token, 2 threads,
+    // from memory, Q4_0 1.20x, IQ4_NL 1.17x, Q5_0 1.13x (Q8_0, at the
+    // bandwidth already, 0.97-0.99x: it keeps the loop below)
+    size_t c = 0;
+    for (; c + 8 <= n_chunks; c += 8) {
+      const uint8_t* blk = row + c * block_bytes(F);
+      alignas(32) float sc[8];
+      _mm256_store_ps(sc, _mm256_mul_ps(block_halves8<F>(blk), _mm256_loadu_ps(a.d + c)));
+      for (int j = 0; j < 8; ++j) {
+        prefetch_ahead(blk + j * block_bytes(F), block_bytes(F));
+        chunk1_i16<F>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);
+      }
+    }
+    float d[2], m[2];
+    for (; c < n_chunks; ++c) {
+      const uint8_t* blk = row + c * block_bytes(F);
+      block_scales<F>(blk, d, m);
+      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+    }
+  } else if constexpr (TT <= 2) {
+    float d[2], m[2];
+#pragma GCC unroll 2
+    for (size_t c = 0; c < n_chunks; ++c) {
+      const uint8_t* blk = row + c * block_bytes(F);
+      prefetch_ahead(blk, block_bytes(F));
+      block_scales<F>(blk, d, m);
+      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+    }
+  } else {
+    float d[2], m[2];
+#pragma GCC unroll 1
+    for (size_t c = 0; c < n_chunks; ++c) {
+      const uint8_t* blk = row + c * block_bytes(F);
+      block_scales<F>(blk, d, m);
+      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+    }
+  }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]) * codes_factor_inverse<F>() + accm[t];
+}
+
+}  // namespace
+
+void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                   float* Y, size_t ldy, const float* bias) {
+  rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
+    if constexpr (decltype(F)::value == Format::MXFP4) row_mxfp4<decltype(TT)::value>(args...);
+    else row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
+  });
+}
+
+}  // namespace gd
+#endif
