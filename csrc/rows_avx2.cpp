@@ -5,13 +5,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstring>
-#include <stdexcept>
-#include <string>
 
 #include "formats.h"
-#include "matmul.h"
 #include "quants.h"
 #include "rows.h"
 #include "rows_x86.h"

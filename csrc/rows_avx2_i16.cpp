@@ -5,14 +5,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstring>
-#include <stdexcept>
-#include <string>
 
 #include "formats.h"
-#include "matmul.h"
-#include "quants.h"
 #include "rows.h"
 #include "rows_x86.h"
 #include "vecmath.h"
@@ -21,6 +16,16 @@ namespace gd {
 namespace {
 
 using namespace x86;
+
+// An MXFP4 block's 32 codes through the value table as int8, in one 256-bit
+// shuffle: the 16 code bytes in both halves, low nibbles (codes 0..15)
+// indexing the table in the first half, high nibbles (codes 16..31) in the
+// second (one variable shift moves the second half's high nibbles down).
+AVX2 inline __m256i mxfp4_codes8(const uint8_t* blk) {
+  const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
+  const __m256i idx = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+  return _mm256_shuffle_epi8(mxfp4_values256(), idx);
+}
 
 // The 32 weight codes of a chunk as two vectors of 16 int16 that multiply
 // the first and the second 16 activations of the block's I16 form. Small
@@ -33,26 +38,15 @@ using namespace x86;
 // cycles per chunk, AMD EPYC Zen 2). The factor 256 is exact all the way (a
 // lane sums 4 products below 2^30; a float of 256 s is 256 times the float
 // of s): the row's sum divides it out at the end (kMxfp4Scale for MXFP4).
-// MXFP4's 4-bit codes go through the value table as 32 int8 in one 256-bit
-// shuffle. Q8_0 and IQ4: codes 0..15 and 16..31, widened from bytes.
+// MXFP4's codes come from its value table (mxfp4_codes8). Q8_0 and IQ4:
+// codes 0..15 and 16..31, widened from bytes.
 template <Format F>
 AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i& second) {
   if constexpr (F == Format::Q8_0) {
     first = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     second = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
-  } else if constexpr (F == Format::MXFP4) {
-    const __m256i table = mxfp4_values256();
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    // the 16 code bytes in both halves: low nibbles (codes 0..15) index the
-    // table in the first half, high nibbles (codes 16..31) in the second
-    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
-    // (one variable shift moves the second half's high nibbles down)
-    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), mask);
-    const __m256i w = _mm256_shuffle_epi8(table, idx);
-    first = _mm256_slli_epi16(w, 8);                                        // even codes x 256
-    second = _mm256_and_si256(w, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
   } else if constexpr (small_codes(F)) {
-    const __m256i v = codes8<F>(blk, sub);
+    const __m256i v = F == Format::MXFP4 ? mxfp4_codes8(blk) : codes8<F>(blk, sub);
     first = _mm256_slli_epi16(v, 8);                                        // even codes x 256
     second = _mm256_and_si256(v, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
   } else {
@@ -74,6 +68,28 @@ AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
 // shuffle (tokens 0, 1, 4, 5 | 2, 3, 6, 7), as floats in token order.
 AVX2 inline __m256 in_token_order(__m256 v) {
   return _mm256_cvtepi32_ps(_mm256_permute4x64_epi64(_mm256_castps_si256(v), 0xD8));
+}
+
+// A chunk's sums for one token as floats (qt: its 32 activations): each
+// lane the exact int32 sum of four products (codes as load_codes gives them).
+AVX2 inline __m256 block_sums(__m256i first, __m256i second, const int16_t* qt) {
+  const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt)));
+  const __m256i s1 = _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt + 16)));
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+}
+
+// A chunk's scale for block_sums' lanes (h0, h1: its halves' scales): with
+// small codes in load_codes' even/odd order, lanes 0..3 sum the first half's
+// products and 4..7 the second's, so a format whose halves differ blends the
+// two.
+template <Format F>
+AVX2 inline __m256 lane_scales(const float* h0, const float* h1) {
+  if constexpr (halves_differ(F)) {
+    static_assert(small_codes(F), "the halves' lanes assume load_codes' even/odd order");
+    return _mm256_blend_ps(_mm256_broadcast_ss(h0), _mm256_broadcast_ss(h1), 0xF0);
+  } else {
+    return _mm256_broadcast_ss(h0);
+  }
 }
 
 // One chunk against TT tokens, into their accumulators (acc: the scaled code
@@ -100,19 +116,8 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
   }
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
-    const int16_t* q = a.q + t * 32;
-    const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-    const __m256i s1 = _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)));
-    if constexpr (halves_differ(F)) {
-      // even/odd codes: lanes 0..3 sum the first half's products, 4..7 the
-      // second's, each scaled by its half's scale
-      static_assert(small_codes(F), "the halves' lanes assume load_codes' even/odd order");
-      const __m256 sv = _mm256_blend_ps(_mm256_broadcast_ss(&scale[0][t]), _mm256_broadcast_ss(&scale[1][t]), 0xF0);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), sv, acc[t]);
-    } else {
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_broadcast_ss(&scale[0][t]),
-                               acc[t]);
-    }
+    acc[t] = _mm256_fmadd_ps(block_sums(first, second, a.q + t * 32), lane_scales<F>(&scale[0][t], &scale[H - 1][t]),
+                             acc[t]);
     if constexpr (Mins && TT != 8) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
   }
   if constexpr (Mins && TT == 8) {
@@ -143,13 +148,6 @@ AVX2 inline void block_scales(const uint8_t* blk, float d[2], float m[2]) {
   }
 }
 
-// A block's sums for one token as floats (qt: its 32 activations).
-AVX2 inline __m256 mxfp4_sums(__m256i first, __m256i second, const int16_t* qt) {
-  const __m256i s0 = _mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt)));
-  const __m256i s1 = _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt + 16)));
-  return _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
-}
-
 // A block's scale for one token (et: the token's ActView::e of the block).
 AVX2 inline __m256 mxfp4_scale(const uint8_t* blk, int32_t et) {
   return _mm256_broadcast_ss(kMxfp4Scale + blk[0] + et);
@@ -164,9 +162,9 @@ AVX2 inline void mxfp4_pair(const uint8_t* blk, const int16_t* qc, const int32_t
   load_codes<Format::MXFP4>(blk + 17, 0, f1, s1);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
-    const __m256 p0 = _mm256_mul_ps(mxfp4_sums(f0, s0, qc + 32 * t), mxfp4_scale(blk, ec[t]));
+    const __m256 p0 = _mm256_mul_ps(block_sums(f0, s0, qc + 32 * t), mxfp4_scale(blk, ec[t]));
     acc[t] = _mm256_add_ps(
-        acc[t], _mm256_fmadd_ps(mxfp4_sums(f1, s1, qc + 32 * (TT + t)), mxfp4_scale(blk + 17, ec[TT + t]), p0));
+        acc[t], _mm256_fmadd_ps(block_sums(f1, s1, qc + 32 * (TT + t)), mxfp4_scale(blk + 17, ec[TT + t]), p0));
   }
 }
 
@@ -207,7 +205,7 @@ AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a
     load_codes<Format::MXFP4>(blk, 0, f0, s0);
     GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t)
-      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(mxfp4_sums(f0, s0, q + 32 * t), mxfp4_scale(blk, e[t])));
+      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(block_sums(f0, s0, q + 32 * t), mxfp4_scale(blk, e[t])));
   }
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]);
@@ -217,8 +215,9 @@ AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a
 // both halves' minimum m, lane j of mv for chunk j; a: the token's
 // activations from the super-block's first chunk), lane j the scalar
 // expression's own steps, (m s0 + m s1) d, added in chunk order: the bits of
-// the chunk-by-chunk sums. One token's Q4_K loop spent 4.4 of its 15 cycles
-// per chunk on them one at a time.
+// the chunk-by-chunk sums (row_tile_i16 runs it in a pass after the
+// products). One at a time they had cost 4.4 of the one-token Q4_K loop's
+// 15 cycles per chunk.
 AVX2 inline void mins_of_chunks(__m256 mv, const I16Acts& a, float& accm) {
   const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
   const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
@@ -255,11 +254,7 @@ template <Format F>
 AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], const int16_t* q, __m256& acc) {
   __m256i first, second;
   load_codes<F>(blk, sub, first, second);
-  const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
-                                     _mm256_madd_epi16(second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
-  const __m256 sv = halves_differ(F) ? _mm256_blend_ps(_mm256_broadcast_ss(&sc[0]), _mm256_broadcast_ss(&sc[1]), 0xF0)
-                                     : _mm256_broadcast_ss(&sc[0]);
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sv, acc);
+  acc = _mm256_fmadd_ps(block_sums(first, second, q), lane_scales<F>(&sc[0], &sc[1]), acc);
 }
 
 // One row against TT tokens. One accumulator per token whatever the tile:
@@ -299,43 +294,39 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     if constexpr (mins_apart)
       for (size_t c0 = 0; c0 < n_chunks; c0 += 8)
         mins_of_chunks(k4_minimums(row + (c0 / 8) * block_bytes(F), half_avx2), at(c0), accm[0]);
-  } else if constexpr (TT == 1 && (F == Format::Q4_0 || F == Format::Q5_0 || F == Format::IQ4_NL)) {
-    // one token, eight chunks at a time: their scales d * a.d by one vector
-    // conversion and multiply (see one_token_scales): one token, 2 threads,
-    // from memory, Q4_0 1.20x, IQ4_NL 1.17x, Q5_0 1.13x (Q8_0, at the
-    // bandwidth already, 0.97-0.99x: it keeps the loop below)
+  } else {
     size_t c = 0;
-    for (; c + 8 <= n_chunks; c += 8) {
-      const uint8_t* blk = row + c * block_bytes(F);
-      alignas(32) float sc[8];
-      _mm256_store_ps(sc, _mm256_mul_ps(block_halves8<F>(blk), _mm256_loadu_ps(a.d + c)));
-      for (int j = 0; j < 8; ++j) {
-        prefetch_ahead(blk + j * block_bytes(F), block_bytes(F));
-        chunk1_i16<F>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);
+    if constexpr (TT == 1 && (F == Format::Q4_0 || F == Format::Q5_0 || F == Format::IQ4_NL)) {
+      // one token, eight chunks at a time: their scales d * a.d by one vector
+      // conversion and multiply (see one_token_scales): one token, 2 threads,
+      // from memory, Q4_0 1.20x, IQ4_NL 1.17x, Q5_0 1.13x (Q8_0, at the
+      // bandwidth already, 0.97-0.99x: it keeps the loop below)
+      for (; c + 8 <= n_chunks; c += 8) {
+        const uint8_t* blk = row + c * block_bytes(F);
+        alignas(32) float sc[8];
+        _mm256_store_ps(sc, _mm256_mul_ps(block_halves8<F>(blk), _mm256_loadu_ps(a.d + c)));
+        for (int j = 0; j < 8; ++j) {
+          prefetch_ahead(blk + j * block_bytes(F), block_bytes(F));
+          chunk1_i16<F>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);
+        }
       }
     }
     float d[2], m[2];
-    for (; c < n_chunks; ++c) {
-      const uint8_t* blk = row + c * block_bytes(F);
-      block_scales<F>(blk, d, m);
-      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
-    }
-  } else if constexpr (TT <= 2) {
-    float d[2], m[2];
+    if constexpr (TT <= 2) {
 #pragma GCC unroll 2
-    for (size_t c = 0; c < n_chunks; ++c) {
-      const uint8_t* blk = row + c * block_bytes(F);
-      prefetch_ahead(blk, block_bytes(F));
-      block_scales<F>(blk, d, m);
-      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
-    }
-  } else {
-    float d[2], m[2];
+      for (; c < n_chunks; ++c) {
+        const uint8_t* blk = row + c * block_bytes(F);
+        prefetch_ahead(blk, block_bytes(F));
+        block_scales<F>(blk, d, m);
+        chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+      }
+    } else {
 #pragma GCC unroll 1
-    for (size_t c = 0; c < n_chunks; ++c) {
-      const uint8_t* blk = row + c * block_bytes(F);
-      block_scales<F>(blk, d, m);
-      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+      for (; c < n_chunks; ++c) {
+        const uint8_t* blk = row + c * block_bytes(F);
+        block_scales<F>(blk, d, m);
+        chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+      }
     }
   }
   GD_EACH_TOKEN

@@ -177,11 +177,6 @@ AVX2 inline void k23_superblock_scales(Format f, const uint8_t* b, float d[8][2]
   }
 }
 
-// Q4_K and Q5_K: a super-block's eight chunk scales and minimums
-// (superblock_scales' values, bit for bit: d = dd sc, m = -(dmin mn)) by
-// vectors: the 6-bit fields unpacked as ggml does (three 32-bit words), then
-// converted, multiplied and stored eight at a time. The scalar unpacking had
-// cost 3.7 cycles per 32-value chunk of the one-token Q4_K loop's 15.
 // The eight 6-bit scales (s[0..1]) or minimums (s[2..3]) of a Q4_K or Q5_K
 // super-block, four bytes a word, unpacked as ggml does from its three words.
 inline void k4_fields(const uint8_t* b, uint32_t s[4]) {
@@ -204,6 +199,11 @@ AVX2 inline __m256 scaled_bytes(const uint32_t s[2], const uint8_t* p, Half half
   return _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(half(h)), v), _mm256_set1_ps(flip));
 }
 
+// Q4_K and Q5_K: a super-block's eight chunk scales and minimums
+// (superblock_scales' values, bit for bit: d = dd sc, m = -(dmin mn)) by
+// vectors: the 6-bit fields unpacked as ggml does (three 32-bit words), then
+// converted, multiplied and stored eight at a time. The scalar unpacking had
+// cost 3.7 cycles per 32-value chunk of the one-token Q4_K loop's 15.
 template <class Half>
 AVX2 inline void k4_superblock_scales(const uint8_t* b, float d[8][2], float m[8][2], Half half) {
   uint32_t s[4];
