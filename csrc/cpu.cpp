@@ -65,15 +65,13 @@ const Impl* available_impls(int& count) {
 
 namespace {
 
-// What auto runs: the best path this CPU has, except that AVX-512 CPUs keep
-// AVX2 until the AVX-512 path is measured faster on one (it is tested, but
-// no machine of the sessions so far had AVX-512 to time it; at one token its
-// 512-bit operations share two ports where AVX2's have three, so it may well
-// decode slower). GOOSEDUMP_ISA=avx512 runs it.
+// What auto runs: the widest path this CPU has. AVX-512 was measured
+// against AVX2 on an AMD EPYC Zen 5 (benchmarks/kernel_paths.py, 2 threads):
+// faster on every hot shape, one token and 128 (see the README's table).
 Impl best() {
   int n = 0;
   const Impl* paths = available_impls(n);
-  return paths[n - 1] == Impl::Avx512 ? Impl::Avx2 : paths[n - 1];
+  return paths[n - 1];
 }
 
 bool runs_here(Impl impl) {

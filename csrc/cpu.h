@@ -18,14 +18,14 @@ enum class Impl { Auto, Generic, Avx2, Avx512, Neon };
 // The revision of the kernels' arithmetic: raised whenever a path's order of
 // operations changes, so results saved by an earlier build (the prompt
 // cache's keys and values) are not taken for this one's.
-constexpr int kNumerics = 4;
+constexpr int kNumerics = 5;
 
 // The AVX-512 path runs the AVX2 kernels where it has none of its own.
 inline bool uses_avx2(Impl impl) { return impl == Impl::Avx2 || impl == Impl::Avx512; }
 
 const char* impl_name(Impl impl);   // "generic", "avx2", "avx512", "neon" ("auto" for Auto)
-// The paths this CPU can run: Generic first, the widest last (auto runs the
-// widest but on AVX-512 CPUs, where it keeps AVX2: see cpu.cpp's best()).
+// The paths this CPU can run: Generic first, the widest last (what auto
+// runs: see cpu.cpp's best()).
 const Impl* available_impls(int& count);
 
 // Resolve Auto against the CPU and the GOOSEDUMP_ISA (or GOOSEDUMP_NO_SIMD)

@@ -47,24 +47,12 @@ namespace {
 using namespace x86;
 
 // A chunk's 32 weight codes as 32 int16, in the order of the block's I16
-// activations. MXFP4: the even codes then the odd ones (act_slot), each
-// times 256 as in the AVX2 path (kMxfp4Scale divides it out): the 16 code
-// bytes in all four 128-bit lanes, the low nibbles indexing the value table
-// in lanes 0 and 2, the high ones in 1 and 3; a word's low byte shifted up
-// (lanes 0, 1) is an even code times 256, its high byte masked (lanes 2, 3)
-// an odd one.
+// activations (MXFP4 runs row_mxfp4 below).
 template <Format F>
 AVX512 inline __m512i codes16(const uint8_t* blk, int sub) {
+  static_assert(F != Format::MXFP4, "MXFP4 runs row_mxfp4");
   if constexpr (F == Format::Q8_0) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
-  } else if constexpr (F == Format::MXFP4) {
-    const __m512i table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_values256()));
-    const __m512i qs = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
-    const __m512i idx =
-        _mm512_and_si512(_mm512_srlv_epi64(qs, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
-    const __m512i w = _mm512_shuffle_epi8(table, idx);
-    const __m512i up = _mm512_inserti64x4(_mm512_set1_epi16(8), _mm256_setzero_si256(), 1);
-    return _mm512_and_si512(_mm512_sllv_epi16(w, up), _mm512_set1_epi16(int16_t(0xFF00)));
   } else {
     return _mm512_cvtepi8_epi16(codes8<F>(blk, sub));
   }
@@ -80,9 +68,7 @@ AVX512 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], cons
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
     const __m512 s = _mm512_cvtepi32_ps(_mm512_madd_epi16(w, _mm512_loadu_si512(a.q + t * 32)));
-    if constexpr (F == Format::MXFP4) {
-      acc[t] = _mm512_fmadd_ps(s, _mm512_set1_ps(kMxfp4Scale[blk[0] + a.e[t]]), acc[t]);
-    } else if constexpr (halves_differ(F)) {
+    if constexpr (halves_differ(F)) {
       const __m512 scale = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(d[0] * a.d[t]),
                                                 _mm512_set1_ps(d[1] * a.d[t]));
       acc[t] = _mm512_fmadd_ps(s, scale, acc[t]);
@@ -103,7 +89,7 @@ AVX512 inline void block_scales(const uint8_t* blk, float d[2], float m[2]) {
     uint16_t h;
     std::memcpy(&h, blk, 2);
     d[0] = _cvtsh_ss(h);
-  } else if constexpr (F != Format::MXFP4) {
+  } else {
     chunk_scales(F, blk, 0, d, m, half_avx512);
   }
 }
@@ -115,6 +101,86 @@ AVX512 inline float hsum16(__m512 v) {
   q = _mm_add_ps(q, _mm_movehl_ps(q, q));
   q = _mm_add_ss(q, _mm_movehdup_ps(q));
   return _mm_cvtss_f32(q);
+}
+
+// MXFP4's 16 values times 256 (as the AVX2 path's codes, see load_codes
+// there: kMxfp4Scale divides the 256 out), twice over as 32 int16: vpermw
+// reads an index's low five bits, so a nibble indexes the table whatever
+// the bit above it holds.
+AVX512 inline __m512i mxfp4_table16() {
+  const __m256i v = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(mxfp4_values256()));
+  return _mm512_broadcast_i64x4(_mm256_slli_epi16(v, 8));
+}
+
+// An MXFP4 block's 32 codes as int16 in act_slot's even/odd order, by two
+// operations: the 16 code bytes in all four 128-bit lanes, each lane's
+// words shifted right by 0, 4, 8 and 12 bits (word i then holds, in its low
+// nibble, code 2i, 16 + 2i, 2i + 1 and 17 + 2i: lanes 0..3 of the even/odd
+// order), and the table looked up by word (vpermw). The widening it
+// replaces took five (a 64-bit shift, a mask, a byte shuffle, a 16-bit
+// shift and a mask).
+AVX512 inline __m512i mxfp4_codes16(const uint8_t* blk, __m512i table) {
+  const __m512i qs = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
+  const __m512i shifts = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0x0008000800080008,
+                                           0x0008000800080008, 0x000C000C000C000C, 0x000C000C000C000C);
+  return _mm512_permutexvar_epi16(_mm512_srlv_epi16(qs, shifts), table);
+}
+
+// A block's sums for one token (qt: its 32 activations) as floats: lane l
+// the exact int32 sum of products 2l and 2l + 1.
+AVX512 inline __m512 mxfp4_sums(__m512i w, const int16_t* qt) {
+  return _mm512_cvtepi32_ps(_mm512_madd_epi16(w, _mm512_loadu_si512(qt)));
+}
+
+// A block's scale for one token (et: the token's ActView::e of the block).
+AVX512 inline __m512 mxfp4_scale(const uint8_t* blk, int32_t et) { return _mm512_set1_ps(kMxfp4Scale[blk[0] + et]); }
+
+// Blocks c and c + 1 of a row (blk) against TT tokens (qc, ec: the tile's
+// activations of block c on), each into its own of the token's two
+// accumulators (acc: even blocks, acc + TT: odd ones).
+template <int TT>
+AVX512 inline void mxfp4_pair(const uint8_t* blk, const int16_t* qc, const int32_t* ec, __m512i table,
+                              __m512* acc) {
+  const __m512i w0 = mxfp4_codes16(blk, table), w1 = mxfp4_codes16(blk + 17, table);
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) {
+    acc[t] = _mm512_fmadd_ps(mxfp4_sums(w0, qc + 32 * t), mxfp4_scale(blk, ec[t]), acc[t]);
+    acc[TT + t] = _mm512_fmadd_ps(mxfp4_sums(w1, qc + 32 * (TT + t)), mxfp4_scale(blk + 17, ec[TT + t]), acc[TT + t]);
+  }
+}
+
+// MXFP4 in a loop of its own, for every tile: a token's even blocks summed
+// into one 16-lane accumulator, its odd ones into another, the two added at
+// the row's end, so a token's bits do not depend on the tile. Why two: at
+// one token the chain of one FMA per block into one accumulator (4 cycles
+// on Zen 5) took longer than the block's other work.
+template <int TT>
+AVX512 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  const __m512i table = mxfp4_table16();
+  const int16_t* q = a.q;
+  const int32_t* e = a.e;
+  __m512 acc[2 * TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < 2 * TT; ++t) acc[t] = _mm512_setzero_ps();
+  const uint8_t* blk = row;
+  size_t c = 0;
+  if constexpr (TT <= 2) {
+    // Decode streams the row from memory: four blocks (68 bytes) per pass,
+    // one prefetch each (a line in 17 is left to the hardware prefetcher).
+    for (; c + 4 <= n_chunks; c += 4, blk += 4 * 17, q += 4 * 32 * TT, e += 4 * TT) {
+      __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
+      mxfp4_pair<TT>(blk, q, e, table, acc);
+      mxfp4_pair<TT>(blk + 34, q + 64 * TT, e + 2 * TT, table, acc);
+    }
+  }
+  for (; c + 2 <= n_chunks; c += 2, blk += 34, q += 64 * TT, e += 2 * TT) mxfp4_pair<TT>(blk, q, e, table, acc);
+  if (c < n_chunks) {
+    const __m512i w = mxfp4_codes16(blk, table);
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t) acc[t] = _mm512_fmadd_ps(mxfp4_sums(w, q + 32 * t), mxfp4_scale(blk, e[t]), acc[t]);
+  }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc[t], acc[TT + t]));
 }
 
 // One row against TT tokens, one accumulator per token whatever the tile.
@@ -153,7 +219,8 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias) {
   rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
-    row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
+    if constexpr (decltype(F)::value == Format::MXFP4) row_mxfp4<decltype(TT)::value>(args...);
+    else row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
   });
 }
 
