@@ -7,8 +7,9 @@
 // Order of the float steps: per token, 16 lanes; lane l of a chunk is the
 // exact int32 sum of products 2l and 2l + 1 of the chunk's I16 form, scaled
 // (a format whose two halves have their own scales: lanes 0..7 by the first,
-// 8..15 by the second) and added into lane l of the token's accumulator,
-// chunk after chunk; at the row's end the 16 lanes are summed by one fixed
+// 8..15 by the second) and added into lane l of one of the token's two
+// accumulators, even chunks into the first, odd ones into the second; at
+// the row's end the two are added, their 16 lanes summed by one fixed
 // reduction and the minimums' terms added. A token's sums are formed the
 // same way alone or in a tile (batch invariance), within the int16 bound of
 // the reference, but not its bits: the reference sums a chunk before
@@ -183,14 +184,20 @@ AVX512 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts&
   for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc[t], acc[TT + t]));
 }
 
-// One row against TT tokens, one accumulator per token whatever the tile.
-// Super-blocks unpack their scales once for their eight chunks.
+// One row against TT tokens, two accumulators per token whatever the tile
+// (even chunks into acc[0], odd ones into acc[1], added at the row's end:
+// at one token one FMA chain per chunk took longer than a chunk's other
+// work; the minimums' terms likewise). Super-blocks unpack their scales
+// once for their eight chunks.
 template <Format F, int TT>
 AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
-  __m512 acc[TT];
-  float accm[TT];
+  __m512 acc[2][TT];
+  float accm[2][TT];
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps(), accm[t] = 0.f;
+  for (int t = 0; t < TT; ++t) {
+    acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    accm[0][t] = accm[1][t] = 0.f;
+  }
   auto at = [&](size_t c) { return acts_from(a, c * TT); };   // chunk c's activations (act_block)
   if constexpr (block_values(F) == 256) {
     float d[8][2], m[8][2];
@@ -198,20 +205,28 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
       const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
       if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
       superblock_scales_avx2<F>(blk, d, m, half_avx512);   // (the same values as superblock_scales)
-      for (int sub = 0; sub < 8; ++sub) chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+      for (int sub = 0; sub < 8; sub += 2) {
+        chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc[0], accm[0]);
+        chunk_i16<F, TT>(blk, sub + 1, d[sub + 1], m[sub + 1], at(c0 + sub + 1), acc[1], accm[1]);
+      }
     }
   } else {
     float d[2], m[2];
-#pragma GCC unroll 2
-    for (size_t c = 0; c < n_chunks; ++c) {
+    size_t c = 0;
+    for (; c < n_chunks; c += 2) {
       const uint8_t* blk = row + c * block_bytes(F);
       if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));   // (decode: rows streamed once)
       block_scales<F>(blk, d, m);
-      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc[0], accm[0]);
+      if (c + 1 == n_chunks) break;
+      blk += block_bytes(F);
+      if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
+      block_scales<F>(blk, d, m);
+      chunk_i16<F, TT>(blk, 0, d, m, at(c + 1), acc[1], accm[1]);
     }
   }
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) out[t] = hsum16(acc[t]) + accm[t];
+  for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc[0][t], acc[1][t])) + (accm[0][t] + accm[1][t]);
 }
 
 }  // namespace
