@@ -13,6 +13,7 @@
 
 #include "formats.h"
 #include "quants.h"
+#include "rows.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -114,6 +115,47 @@ AVX2 inline __m256i codes8(const uint8_t* b, int sub) {
     return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
   }
   return _mm256_setzero_si256();
+}
+
+// One token, a super-block's eight chunks: the scales d[j][h] * ad[j] of
+// each chunk j and half h (chunk_i16's products, by two vector multiplies
+// where it formed each as a scalar, stored, and broadcast back).
+AVX2 inline void one_token_scales(const float d[8][2], const float* ad, float sc[8][2]) {
+  const __m256 v = _mm256_loadu_ps(ad);
+  const __m256 lo = _mm256_unpacklo_ps(v, v), hi = _mm256_unpackhi_ps(v, v);   // each twice
+  _mm256_store_ps(&sc[0][0], _mm256_mul_ps(_mm256_loadu_ps(&d[0][0]), _mm256_permute2f128_ps(lo, hi, 0x20)));
+  _mm256_store_ps(&sc[4][0], _mm256_mul_ps(_mm256_loadu_ps(&d[4][0]), _mm256_permute2f128_ps(lo, hi, 0x31)));
+}
+
+// The fp16 scales of eight consecutive 32-value blocks (their first two
+// bytes), as floats: the conversion block_scales makes of each.
+template <Format F>
+AVX2 inline __m256 block_halves8(const uint8_t* blk) {
+  uint16_t h[8];
+  for (int j = 0; j < 8; ++j) std::memcpy(&h[j], blk + j * block_bytes(F), 2);
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+// Eight int32 (as float bits) picked from two vectors by a 128-bit-lane
+// shuffle (tokens 0, 1, 4, 5 | 2, 3, 6, 7), as floats in token order.
+AVX2 inline __m256 in_token_order(__m256 v) {
+  return _mm256_cvtepi32_ps(_mm256_permute4x64_epi64(_mm256_castps_si256(v), 0xD8));
+}
+
+// One token's minimum terms of a super-block's eight chunks (Q4_K, Q5_K:
+// both halves' minimum m, lane j of mv for chunk j; a: the token's
+// activations from the super-block's first chunk), lane j the scalar
+// expression's own steps, (m s0 + m s1) d: added in chunk order (AVX2) or
+// by the chunks' parity (AVX-512), the bits of the chunk-by-chunk sums
+// (row_tile_i16 runs it in a pass after the products). One at a time they
+// had cost 4.4 of the one-token Q4_K loop's 15 cycles per chunk (AVX2).
+AVX2 inline void mins_terms(__m256 mv, const I16Acts& a, float terms[8]) {
+  const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
+  const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
+  const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm256_storeu_ps(terms, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)),
+                                        _mm256_loadu_ps(a.d)));
 }
 
 // Eight floats each twice (both halves of a chunk): out = v0 v0 v1 v1 .. v7 v7.
