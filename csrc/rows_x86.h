@@ -1,8 +1,10 @@
 // Internal to the x86 row kernels (rows_avx2_i16.cpp, rows_avx512.cpp): what
 // both paths share, the unpacking of each block format's codes into 32
 // bytes (AVX2 instructions, which the AVX-512 path widens to int16 in one
-// step) and MXFP4's scale table; and the K-quants' super-block scales by
-// vectors (superblock_scales' values, for both paths).
+// step) and MXFP4's scale table; the K-quants' super-block scales by
+// vectors (superblock_scales' values, for both paths); and the one-token
+// helpers: eight chunks' scales by vector multiplies, Q4_K/Q5_K's minimums'
+// terms for their pass after the products.
 #pragma once
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
