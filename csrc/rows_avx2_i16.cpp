@@ -248,23 +248,18 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     // hsum(acc) + accm either way), after the products: in the products'
     // loop they cost 3.7 of its 10.3 cycles per chunk, apart 2.0 (one-token
     // Q4_K in cache 10.3 -> 8.7 cycles per chunk)
-    if constexpr (mins_apart)
-      for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
-        alignas(32) float terms[8];
-        mins_terms(k4_minimums(row + (c0 / 8) * block_bytes(F), half_avx2), at(c0), terms);
-        for (int j = 0; j < 8; ++j) accm[0] += terms[j];
-      }
+    if constexpr (mins_apart) mins_pass<F, 1>(row, n_chunks, a, accm);
   } else {
     size_t c = 0;
     if constexpr (TT == 1 && (F == Format::Q4_0 || F == Format::Q5_0 || F == Format::IQ4_NL)) {
       // one token, eight chunks at a time: their scales d * a.d by one vector
-      // conversion and multiply (see one_token_scales): one token, 2 threads,
+      // conversion and multiply (eight_block_scales): one token, 2 threads,
       // from memory, Q4_0 1.20x, IQ4_NL 1.17x, Q5_0 1.13x (Q8_0, at the
       // bandwidth already, 0.97-0.99x: it keeps the loop below)
       for (; c + 8 <= n_chunks; c += 8) {
         const uint8_t* blk = row + c * block_bytes(F);
-        alignas(32) float sc[8];
-        _mm256_store_ps(sc, _mm256_mul_ps(block_halves8<F>(blk), _mm256_loadu_ps(a.d + c)));
+        float sc[8];
+        eight_block_scales<F>(blk, a.d + c, sc);
         for (int j = 0; j < 8; ++j) {
           prefetch_ahead(blk + j * block_bytes(F), block_bytes(F));
           chunk1_i16<F>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);

@@ -81,8 +81,8 @@ AVX512 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], cons
 }
 
 // chunk_i16 at one token with the chunk's scales sc (one_token_scales or
-// block_halves8 times the activations' scales: the same products), without
-// the minimums' terms: the same operations.
+// eight_block_scales: the same products), without the minimums' terms: the
+// same operations.
 template <Format F>
 AVX512 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], const int16_t* q, __m512& acc) {
   const __m512 s = _mm512_cvtepi32_ps(_mm512_madd_epi16(codes16<F>(blk, sub), _mm512_loadu_si512(q)));
@@ -237,12 +237,11 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
         }
       }
     }
-    if constexpr (mins_apart)
-      for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
-        alignas(32) float terms[8];
-        mins_terms(k4_minimums(row + (c0 / 8) * block_bytes(F), half_avx512), at(c0), terms);
-        for (int j = 0; j < 8; ++j) accm[j & 1][0] += terms[j];
-      }
+    if constexpr (mins_apart) {
+      float sums[2] = {0.f, 0.f};
+      mins_pass<F, 2>(row, n_chunks, a, sums);
+      accm[0][0] = sums[0], accm[1][0] = sums[1];
+    }
   } else {
     float d[2], m[2];
     size_t c = 0;
@@ -251,8 +250,8 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
       // conversion and multiply (the same products)
       for (; c + 8 <= n_chunks; c += 8) {
         const uint8_t* blk = row + c * block_bytes(F);
-        alignas(32) float sc[8];
-        _mm256_store_ps(sc, _mm256_mul_ps(block_halves8<F>(blk), _mm256_loadu_ps(a.d + c)));
+        float sc[8];
+        eight_block_scales<F>(blk, a.d + c, sc);
         for (int j = 0; j < 8; ++j) {
           prefetch_ahead(blk + j * block_bytes(F), block_bytes(F));
           chunk1_i16<F>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[j & 1][0]);

@@ -129,35 +129,22 @@ AVX2 inline void one_token_scales(const float d[8][2], const float* ad, float sc
   _mm256_store_ps(&sc[4][0], _mm256_mul_ps(_mm256_loadu_ps(&d[4][0]), _mm256_permute2f128_ps(lo, hi, 0x31)));
 }
 
-// The fp16 scales of eight consecutive 32-value blocks (their first two
-// bytes), as floats: the conversion block_scales makes of each.
+// One token, eight consecutive 32-value blocks: their scales d_j * ad[j]
+// (the fp16 d_j of each block's first two bytes, converted as block_scales
+// converts it; the products chunk_i16 forms one at a time), by one vector
+// conversion and multiply.
 template <Format F>
-AVX2 inline __m256 block_halves8(const uint8_t* blk) {
+AVX2 inline void eight_block_scales(const uint8_t* blk, const float* ad, float sc[8]) {
   uint16_t h[8];
   for (int j = 0; j < 8; ++j) std::memcpy(&h[j], blk + j * block_bytes(F), 2);
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  _mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))),
+                                     _mm256_loadu_ps(ad)));
 }
 
 // Eight int32 (as float bits) picked from two vectors by a 128-bit-lane
 // shuffle (tokens 0, 1, 4, 5 | 2, 3, 6, 7), as floats in token order.
 AVX2 inline __m256 in_token_order(__m256 v) {
   return _mm256_cvtepi32_ps(_mm256_permute4x64_epi64(_mm256_castps_si256(v), 0xD8));
-}
-
-// One token's minimum terms of a super-block's eight chunks (Q4_K, Q5_K:
-// both halves' minimum m, lane j of mv for chunk j; a: the token's
-// activations from the super-block's first chunk), lane j the scalar
-// expression's own steps, (m s0 + m s1) d: added in chunk order (AVX2) or
-// by the chunks' parity (AVX-512), the bits of the chunk-by-chunk sums
-// (row_tile_i16 runs it in a pass after the products). One at a time they
-// had cost 4.4 of the one-token Q4_K loop's 15 cycles per chunk (AVX2).
-AVX2 inline void mins_terms(__m256 mv, const I16Acts& a, float terms[8]) {
-  const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
-  const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
-  const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
-  const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
-  _mm256_storeu_ps(terms, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)),
-                                        _mm256_loadu_ps(a.d)));
 }
 
 // Eight floats each twice (both halves of a chunk): out = v0 v0 v1 v1 .. v7 v7.
@@ -263,6 +250,30 @@ AVX2 inline __m256 k4_minimums(const uint8_t* b, Half half) {
   uint32_t s[4];
   k4_fields(b, s);
   return scaled_bytes(s + 2, b + 2, half, -0.f);
+}
+
+AVX2 inline float half_x86(uint16_t h) { return _cvtsh_ss(h); }
+
+// One token of Q4_K or Q5_K (a: its activations): the minimums' terms of a
+// row's chunks, in a pass after the products, into sums[c % Ways] in chunk
+// order (AVX2: one sum; AVX-512: one per chunk parity, as its products).
+// Lane j of a super-block's vector is chunk j's scalar expression, (m s0 +
+// m s1) d, in its own steps: the bits of the chunk-by-chunk sums. One at a
+// time in the products' loop they had cost 4.4 of its 15 cycles per chunk
+// (one-token Q4_K, AVX2, AMD EPYC Zen 2).
+template <Format F, int Ways>
+AVX2 inline void mins_pass(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* sums) {
+  for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
+    const __m256 mv = k4_minimums(row + (c0 / 8) * block_bytes(F), half_x86);
+    const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0)));
+    const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0 + 8)));
+    const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    alignas(32) float terms[8];
+    _mm256_store_ps(terms, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)),
+                                         _mm256_loadu_ps(a.d + c0)));
+    for (int j = 0; j < 8; ++j) sums[j % Ways] += terms[j];
+  }
 }
 
 // A super-block's scales and minimums for the AVX2 kernels: the formats
