@@ -116,18 +116,22 @@ class Engine:
             return None
 
     def _cache_for(self, prompt: list[int]) -> KVCache:
-        """The idle cache sharing the longest prefix with prompt (the oldest
-        of equals), else a new one. Reusing a cache discards its tokens past
-        the shared prefix, so while there are fewer than max_batch caches
-        only a prompt that continues a cache's last prompt takes it (the next
-        turn of its conversation); one that shares less (a system prompt,
-        say) gets a new cache instead of erasing another conversation."""
+        """An idle cache for prompt, else a new one. Reusing a cache discards
+        its tokens past the shared prefix, so a prompt that continues a
+        cache's last prompt (the next turn of its conversation) takes that
+        cache, the one sharing the longest prefix among such (the oldest of
+        equals), even where another conversation's cache shares more (the
+        same turns, asked again in another conversation); while there are
+        fewer than max_batch caches, a prompt that continues none (a new
+        conversation with a known system prompt, say) gets a new cache
+        instead of erasing another conversation; at max_batch it takes the
+        cache sharing the longest prefix."""
         if self._idle:
             shared = [c.shared_prefix(prompt) for c in self._idle]
-            best = max(range(len(shared)), key=lambda j: (shared[j], -j))
+            own = [j for j, c in enumerate(self._idle) if shared[j] >= self._prompt_len.get(id(c), 0)]
             room = self.active + len(self._idle) <= self.max_batch     # self.active counts this one
-            own = shared[best] >= self._prompt_len.get(id(self._idle[best]), 0)
-            if not room or own:
+            if own or not room:
+                best = max(own or range(len(shared)), key=lambda j: (shared[j], -j))
                 cache = self._idle.pop(best)
                 keep = self.model.stepper.prompt_cache
                 if not own and keep is not None:
