@@ -143,6 +143,32 @@ def test_interleaved_conversations_keep_their_caches(model):
         engine.close()
 
 
+def test_conversations_with_the_same_turns_each_keep_their_cache(model):
+    """A conversation's turns, then another's with the same turns (greedy: the
+    same answers; test_replicas' sessions a and c when Ray puts both on one
+    replica): each of the second's next turns continues its own cache's last
+    prompt and takes that cache, where the first's cache shares a longer
+    prefix but holds a later turn, so every turn after the first finds its
+    whole previous prompt cached."""
+    engine = Engine(model, max_batch=4)
+    turns = [" Tell me about Oslo.", " More?", " Again?"]
+    try:
+        answers = {}
+        for s in ("a", "c"):
+            prompt, answers[s] = [], []
+            for i, turn in enumerate(turns):
+                before = prompt + answers[s][-1] if i else model.tokenizer.encode("You are brief.")
+                previous, prompt = prompt, before + model.tokenizer.encode(turn)
+                r = engine.submit(prompt, 4).wait()
+                if i:
+                    assert r.cached_tokens >= len(previous), (s, i, r.cached_tokens, len(previous))
+                answers[s].append(r.token_ids)
+        assert answers["a"] == answers["c"]
+        assert answers["c"][-1] == alone(model, prompt, 4)
+    finally:
+        engine.close()
+
+
 def test_a_batched_generation_is_profiled_like_a_lone_one(model):
     """The server's engine profiles through the same probe as the CLI: a
     request's profile splits its steps' time into parts that add up, while
