@@ -27,7 +27,8 @@ bool cpu_has_avx512() {
   static const bool has = [] {
     __builtin_cpu_init();   // (libgcc checks the OS saves the AVX-512 state too)
     return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("avx512vbmi");
   }();
   return has;
 #else

@@ -7,7 +7,9 @@ namespace gd {
 
 // True when the CPU (and OS) support AVX2, FMA and F16C.
 bool cpu_has_avx2();
-// True when the CPU (and OS) support AVX-512 F, BW and VL besides AVX2.
+// True when the CPU (and OS) support AVX-512 F, BW, VL, VNNI and VBMI
+// besides AVX2 (Intel Ice Lake and later, AMD Zen 4 and later; Skylake-SP
+// and Cascade Lake lack VBMI, and run AVX2).
 bool cpu_has_avx512();
 // True on AArch64 (NEON with fp16 conversions is baseline there).
 bool cpu_has_neon();
@@ -18,7 +20,7 @@ enum class Impl { Auto, Generic, Avx2, Avx512, Neon };
 // The revision of the kernels' arithmetic: raised whenever a path's order of
 // operations changes, so results saved by an earlier build (the prompt
 // cache's keys and values) are not taken for this one's.
-constexpr int kNumerics = 5;
+constexpr int kNumerics = 6;
 
 // The AVX-512 path runs the AVX2 kernels where it has none of its own.
 inline bool uses_avx2(Impl impl) { return impl == Impl::Avx2 || impl == Impl::Avx512; }

@@ -28,15 +28,17 @@ constexpr size_t kRowsPerTask = 16;
 }  // namespace
 
 ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl)
-    : acts(is_float(f) ? Acts::F32 : a), X(x), ldx(ld), even_odd(even_odd_acts(f, impl)) {
+    : acts(is_float(f) ? Acts::F32 : a), X(x), ldx(ld), even_odd(even_odd_acts(f, impl)),
+      grouped(grouped_acts(f, impl)) {
   // Plain-float weights take fp32 activations: their products are exact
   // floats either way, and int16 codes would only lose precision.
   if (acts == Acts::I16) {
-    q.resize(T * K);
-    d.resize(T * K / kBlock);
-    e.resize(T * K / kBlock);
+    const size_t blocks = T * (grouped ? grouped_blocks(K / kBlock) : K / kBlock);   // (padding: zero blocks)
+    q.resize(blocks * kBlock);
+    d.resize(blocks);
+    e.resize(blocks);
     if (has_min(f)) s.resize(2 * T * K / kBlock);
-    quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), e.data(), even_odd, impl);
+    quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), e.data(), even_odd, grouped, impl);
     if (has_min(f))   // the sum of each half block's codes: the minimums' terms need it
       for (size_t i = 0; i < 2 * T * K / kBlock; ++i) {
         const int16_t* b = &q[16 * (i & ~size_t(1))];   // the half's block
@@ -51,7 +53,7 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
 void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
                  float* Y, size_t ldy, const float* bias, Impl impl) {
   if (a.acts == Acts::I16) {
-    if (a.even_odd != even_odd_acts(f, impl))
+    if (a.even_odd != even_odd_acts(f, impl) || a.grouped != grouped_acts(f, impl))
       throw std::logic_error(std::string("matmul_rows: activations quantized for another path than ") +
                              impl_name(impl));
     const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data(), a.even_odd};
@@ -136,14 +138,16 @@ __attribute__((target("avx2,fma,f16c"))) inline void quantize_block_avx2(const f
 }  // namespace
 
 void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, int32_t* e,
-                       bool even_odd, Impl impl) {
-  const size_t nb = K / kBlock;
+                       bool even_odd, bool grouped, Impl impl) {
+  const size_t nb = K / kBlock, nbp = grouped_blocks(nb);
   [[maybe_unused]] const bool avx2 = uses_avx2(resolve_impl(impl));
   for (size_t t = 0; t < T; ++t) {
     for (size_t b = 0; b < nb; ++b) {
       const float* x = X + t * ldx + b * kBlock;
-      const size_t at = act_block(t, b, T, nb);
-      int16_t* out = q + at * kBlock;
+      const size_t run = grouped ? grouped_block(t, b - b % kGroup, T, nbp) : 0;
+      const size_t at = grouped ? run + b % kGroup : act_block(t, b, T, nb);
+      int16_t block[kBlock];   // (grouped: the block in natural order, then spread over its group)
+      int16_t* out = grouped ? block : q + at * kBlock;
       float amax = 0.f;
 #ifdef GD_X86
       if (avx2) amax = block_amax_avx2(x);
@@ -158,6 +162,9 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
       else
 #endif
         quantize_block_generic(x, out, k, even_odd);
+      if (grouped)
+        for (size_t r = 0; r < kGroup; ++r)
+          std::memcpy(q + (run + r) * kBlock + (b % kGroup) * 8, block + 8 * r, 8 * sizeof(int16_t));
     }
   }
 }

@@ -38,8 +38,19 @@ ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float
 // which it widens by a shift and a mask instead of a cross-lane widening
 // (see rows_avx2_i16.cpp's load_codes).
 constexpr bool even_odd_acts(Format f, Impl impl) {
-  return f == Format::MXFP4 || (impl == Impl::Avx2 && small_codes(f));
+  return (f == Format::MXFP4 && impl != Impl::Avx512) || (impl == Impl::Avx2 && small_codes(f));
 }
+
+// Whether they are grouped instead: MXFP4 on AVX-512, whose kernel takes
+// four blocks per vector (rows_avx512.cpp's row_mxfp4). Blocks in groups of
+// four (the row's last group padded with zero blocks), each tile's groups
+// one after another, a group holding its 128 activations per token: run s
+// of eight (activations 8s .. 8s + 7, s = 0..3) of each of its four blocks
+// in turn, at q[(i + s) * 32 + k * 8 ..] for block k of the group, with
+// i = grouped_block(t, 4 g, ..); block k's scale at d[i + k], e[i + k].
+constexpr bool grouped_acts(Format f, Impl impl) { return f == Format::MXFP4 && impl == Impl::Avx512; }
+constexpr size_t kGroup = 4;
+inline size_t grouped_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
 
 // Activations in the form a product with weights of format f reads: fp32 as
 // given, or the I16 form (quantized once, shared by every row; even/odd
@@ -49,17 +60,18 @@ struct ActView {
   const float* X;
   size_t ldx;
   bool even_odd = false;
+  bool grouped = false;
   std::vector<int16_t> q;
   std::vector<float> d;
   std::vector<int32_t> e;
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
   // The form a format's products read activations in on the path impl
-  // (resolved): fp32, int16 (with half-block sums or without, in natural or
-  // even/odd order); one view serves formats of the same form.
+  // (resolved): fp32, int16 (with half-block sums or without, in natural,
+  // even/odd or grouped order); one view serves formats of the same form.
   static int form(Acts a, Format f, Impl impl) {
     if (is_float(f) || a == Acts::F32) return 0;
-    return 1 + (has_min(f) ? 1 : 0) + (even_odd_acts(f, impl) ? 2 : 0);
+    return 1 + (has_min(f) ? 1 : 0) + (even_odd_acts(f, impl) ? 2 : 0) + (grouped_acts(f, impl) ? 4 : 0);
   }
 };
 
@@ -82,7 +94,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
 constexpr int act_slot(int j) { return (j & 1) ? 16 + (j >> 1) : (j >> 1); }
 
 void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* q, float* d, int32_t* e,
-                       bool even_odd, Impl impl);
+                       bool even_odd, bool grouped, Impl impl);
 
 // Dequantize whole rows (embedding lookup): out[i] = W[rows[i]].
 void get_rows(Format f, const uint8_t* W, size_t K, const int64_t* rows, size_t n_rows, float* out, Impl impl);

@@ -31,6 +31,15 @@ inline size_t act_block(size_t t, size_t b, size_t T, size_t nb) {
   return t0 * nb + b * tt + (t - t0);
 }
 
+// Where group block b (a multiple of 4) of token t sits in the grouped I16
+// form (ActView::grouped, in blocks; nbp: the blocks per row, padded to
+// whole groups): tiles as act_block's, a tile's groups one after another,
+// each holding four blocks of each of the tile's tokens.
+inline size_t grouped_block(size_t t, size_t b, size_t T, size_t nbp) {
+  const size_t t0 = t - t % kTokenTile, tt = std::min(kTokenTile, T - t0);
+  return t0 * nbp + b * tt + (t - t0) * 4;
+}
+
 // The I16 activations of a product: q (int16 codes, 32 per block), d (each
 // block's scale 2^-k), e (kScaleBias - k, for MXFP4's scale table), s (the
 // sums of each half block's codes, for formats with minimums; else null).

@@ -1,6 +1,8 @@
-// The int16 row products in AVX-512 (F, BW, VL): a chunk's 32 weight codes
-// are one register of 32 int16, its 32 activations another, and one
-// vpmaddwd makes the chunk's 16 exact pair sums. The plain-float rows (fp32
+// The int16 row products in AVX-512 (F, BW, VL, VNNI, VBMI: Ice Lake and
+// later Xeons, AMD Zen 4 and 5): a chunk's 32 weight codes are one register
+// of 32 int16, its 32 activations another, and one vpmaddwd makes the
+// chunk's 16 exact pair sums; MXFP4 takes four blocks per register and
+// vpdpwssd (row_mxfp4 below). The plain-float rows (fp32
 // activations) are AVX2's (rows_avx2.cpp): they are not this path's hot
 // kernels. See rows.h for the contract.
 //
@@ -10,14 +12,11 @@
 // 8..15 by the second) and added into lane l of one of the token's two
 // accumulators, even chunks into the first, odd ones into the second; at
 // the row's end the two are added, their 16 lanes summed by one fixed
-// reduction and the minimums' terms added. A token's sums are formed the
+// reduction and the minimums' terms added (MXFP4: lane l of block k holds
+// eight products' exact sum, see row_mxfp4). A token's sums are formed the
 // same way alone or in a tile (batch invariance), within the int16 bound of
 // the reference, but not its bits: the reference sums a chunk before
 // scaling it.
-//
-// VNNI's vpdpwssd would fold the vpmaddwd into an int32 accumulation, but
-// every chunk here has its own float scale, so there is no int32 sum to
-// fold into: vpmaddwd is the instruction, and the path asks for F/BW/VL only.
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's AVX-512 intrinsics initialize their undefined vectors from
 // themselves, which -W(maybe-)uninitialized reports once inlined into target-
@@ -29,7 +28,7 @@
 // (tests/test_avx512.py compiles this file with GOOSEDUMP_AVX512_EMULATED and
 // SIMDe's portable AVX-512 in place of the instructions, on CPUs without
 // them: the functions then take AVX2's target)
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
 #else
 #define AVX512 __attribute__((target("avx2,fma,f16c")))
 #endif
@@ -118,88 +117,116 @@ AVX512 inline float hsum16(__m512 v) {
   return _mm_cvtss_f32(q);
 }
 
-// MXFP4's 16 values times 256 (as the AVX2 path's codes, see load_codes
-// there: kMxfp4Scale divides the 256 out), twice over as 32 int16: vpermw
-// reads an index's low five bits, so a nibble indexes the table whatever
-// the bit above it holds.
-AVX512 inline __m512i mxfp4_table16() {
-  const __m256i v = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(mxfp4_values256()));
-  return _mm512_broadcast_i64x4(_mm256_slli_epi16(v, 8));
-}
+// MXFP4, four blocks per vector (the activations grouped: ActView's grouped
+// form). A group's 64 code bytes, one block per 128-bit lane (vpermt2b from
+// the group's 68 bytes), their low and high nibbles looked up as int8
+// values (vpshufb) and widened to int16 times 256 (interleaved with zero
+// bytes: lane k of the four vectors holds block k's values 0..7, 8..15,
+// 16..23, 24..31), four vpdpwssd per token into one int32 vector: lane l of
+// block k the exact sum of eight of its products (|sum| < 2^30). Then one
+// conversion (exact: a multiple of 256 below 2^32) and the group's four
+// scales at once: vscalefps by e + ActView::e - 264 (kMxfp4Scale's
+// exponent; the scale bytes picked from the group by one vpermb), the
+// result added into one of the token's two accumulators (even groups, odd
+// groups). Per block and token that is one multiply-add instruction where
+// the block-per-vector loop spent a vpmaddwd, a vpermw and an FMA, the
+// three sharing two ports (AMD EPYC Zen 5: measured). Needs AVX-512 VNNI
+// and VBMI, which cpu_has_avx512 asks for.
+struct Mxfp4Consts {
+  __m512i pick, scales, table, low4, zero, bias;
+};
 
-// An MXFP4 block's 32 codes as int16 in act_slot's even/odd order, by two
-// operations: the 16 code bytes in all four 128-bit lanes, each lane's
-// words shifted right by 0, 4, 8 and 12 bits (word i then holds, in its low
-// nibble, code 2i, 16 + 2i, 2i + 1 and 17 + 2i: lanes 0..3 of the even/odd
-// order), and the table looked up by word (vpermw). The widening it
-// replaces took five (a 64-bit shift, a mask, a byte shuffle, a 16-bit
-// shift and a mask).
-AVX512 inline __m512i mxfp4_codes16(const uint8_t* blk, __m512i table) {
-  const __m512i qs = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
-  const __m512i shifts = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0x0008000800080008,
-                                           0x0008000800080008, 0x000C000C000C000C, 0x000C000C000C000C);
-  return _mm512_permutexvar_epi16(_mm512_srlv_epi16(qs, shifts), table);
-}
-
-// A block's sums for one token (qt: its 32 activations) as floats: lane l
-// the exact int32 sum of products 2l and 2l + 1.
-AVX512 inline __m512 mxfp4_sums(__m512i w, const int16_t* qt) {
-  return _mm512_cvtepi32_ps(_mm512_madd_epi16(w, _mm512_loadu_si512(qt)));
-}
-
-// A block's scale for one token (et: the token's ActView::e of the block).
-AVX512 inline __m512 mxfp4_scale(const uint8_t* blk, int32_t et) { return _mm512_set1_ps(kMxfp4Scale[blk[0] + et]); }
-
-// Blocks c and c + 1 of a row (blk) against TT tokens (qc, ec: the tile's
-// activations of block c on), each into its own of the token's two
-// accumulators (acc: even blocks, acc + TT: odd ones).
-template <int TT>
-AVX512 inline void mxfp4_pair(const uint8_t* blk, const int16_t* qc, const int32_t* ec, __m512i table,
-                              __m512* acc) {
-  const __m512i w0 = mxfp4_codes16(blk, table), w1 = mxfp4_codes16(blk + 17, table);
-  GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) {
-    acc[t] = _mm512_fmadd_ps(mxfp4_sums(w0, qc + 32 * t), mxfp4_scale(blk, ec[t]), acc[t]);
-    acc[TT + t] = _mm512_fmadd_ps(mxfp4_sums(w1, qc + 32 * (TT + t)), mxfp4_scale(blk + 17, ec[TT + t]), acc[TT + t]);
-  }
-}
-
-// MXFP4 in a loop of its own, for every tile: a token's even blocks summed
-// into one 16-lane accumulator, its odd ones into another, the two added at
-// the row's end, so a token's bits do not depend on the tile. Against the
-// general loop (one accumulator, the five-operation widening, a prefetch
-// test in every block): one token in cache 1.4-1.6x, 128 tokens 0.93-0.97x
-// (AMD EPYC Zen 5, one thread, alternating builds). Two accumulators: the
-// loop stripped of its unpacking and scales is bound by one FMA chain; the
-// whole loop ran the same with block pairs (c0 d0 + c1 d1, into one or two
-// accumulators) and with the next pass's codes unpacked ahead.
-template <int TT>
-AVX512 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
-  const __m512i table = mxfp4_table16();
-  const int16_t* q = a.q;
-  const int32_t* e = a.e;
-  __m512 acc[2 * TT];
-  GD_EACH_TOKEN
-  for (int t = 0; t < 2 * TT; ++t) acc[t] = _mm512_setzero_ps();
-  const uint8_t* blk = row;
-  size_t c = 0;
-  if constexpr (TT <= 2) {
-    // Decode streams the row from memory: four blocks (68 bytes) per pass,
-    // one prefetch each (a line in 17 is left to the hardware prefetcher).
-    for (; c + 4 <= n_chunks; c += 4, blk += 4 * 17, q += 4 * 32 * TT, e += 4 * TT) {
-      __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
-      mxfp4_pair<TT>(blk, q, e, table, acc);
-      mxfp4_pair<TT>(blk + 34, q + 64 * TT, e + 2 * TT, table, acc);
+// Block k's codes from the group's first load (bytes 17k + 1 ..) or, for
+// block 3, the second (which starts 4 bytes on: bytes 64 + 48 ..); the
+// scale bytes (17k: only each dword's low byte is kept).
+struct Mxfp4Picks {
+  alignas(64) uint8_t pick[64], scales[64];
+};
+constexpr Mxfp4Picks mxfp4_picks() {
+  Mxfp4Picks p{};
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 16; ++j) {
+      p.pick[16 * k + j] = uint8_t(k < 3 ? 17 * k + 1 + j : 64 + 48 + j);
+      p.scales[16 * k + j] = uint8_t(17 * k);
     }
+  return p;
+}
+static constexpr Mxfp4Picks kMxfp4Picks = mxfp4_picks();
+
+AVX512 inline Mxfp4Consts mxfp4_consts() {
+  return {_mm512_load_si512(kMxfp4Picks.pick), _mm512_load_si512(kMxfp4Picks.scales),
+          _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_values256())), _mm512_set1_epi8(0x0F),
+          _mm512_setzero_si512(), _mm512_set1_epi32(-264)};
+}
+
+// A group's four blocks' int16 values (w[0..3]) and scale exponents e - 264
+// (each block's in its four lanes), from its 68 bytes; a tail group of
+// `blocks` < 4 reads only its own bytes (the rest as zeros: zero codes).
+AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i w[4], __m512i& ew) {
+  alignas(64) uint8_t tail[4 * 17] = {};
+  if (blocks < 4) blk = static_cast<const uint8_t*>(std::memcpy(tail, blk, 17 * size_t(blocks)));
+  const __m512i a = _mm512_loadu_si512(blk), b = _mm512_loadu_si512(blk + 4);
+  const __m512i q = _mm512_permutex2var_epi8(a, c.pick, b);
+  const __m512i lo = _mm512_shuffle_epi8(c.table, _mm512_and_si512(q, c.low4));
+  const __m512i hi = _mm512_shuffle_epi8(c.table, _mm512_and_si512(_mm512_srli_epi16(q, 4), c.low4));
+  w[0] = _mm512_unpacklo_epi8(c.zero, lo), w[1] = _mm512_unpackhi_epi8(c.zero, lo);
+  w[2] = _mm512_unpacklo_epi8(c.zero, hi), w[3] = _mm512_unpackhi_epi8(c.zero, hi);
+  ew = _mm512_add_epi32(_mm512_maskz_permutexvar_epi8(0x1111111111111111ULL, c.scales, a), c.bias);
+}
+
+// One token's sums of a group, scaled: qt its 128 activations, et its four
+// blocks' ActView::e.
+AVX512 inline __m512 mxfp4_token(const __m512i w[4], __m512i ew, const int16_t* qt, const int32_t* et,
+                                 const Mxfp4Consts& c) {
+  __m512i s = _mm512_dpwssd_epi32(c.zero, w[0], _mm512_loadu_si512(qt));
+  s = _mm512_dpwssd_epi32(s, w[1], _mm512_loadu_si512(qt + 32));
+  s = _mm512_dpwssd_epi32(s, w[2], _mm512_loadu_si512(qt + 64));
+  s = _mm512_dpwssd_epi32(s, w[3], _mm512_loadu_si512(qt + 96));
+  const __m512i each4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i e = _mm512_permutexvar_epi32(each4, _mm512_castsi128_si512(_mm_loadu_si128(
+                                                        reinterpret_cast<const __m128i*>(et))));
+  return _mm512_scalef_ps(_mm512_cvtepi32_ps(s), _mm512_cvtepi32_ps(_mm512_add_epi32(ew, e)));
+}
+
+// One row against TT tokens (q, e: the tile's grouped activations from the
+// row's first group on): a token's even groups into one accumulator, its
+// odd ones into another, added at the row's end, whatever the tile.
+// One group against TT tokens, into their accumulators acc (row_mxfp4 keeps
+// one named array per parity, so that they stay registers: an index chosen
+// at run time put them on the stack).
+template <int TT>
+AVX512 inline void mxfp4_group_tokens(const uint8_t* blk, int blocks, const Mxfp4Consts& c, const int16_t* qg,
+                                      const int32_t* eg, __m512* acc) {
+  __m512i w[4], ew;
+  mxfp4_group(blk, blocks, c, w, ew);
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_add_ps(acc[t], mxfp4_token(w, ew, qg + 128 * t, eg + 4 * t, c));
+}
+
+template <int TT>
+AVX512 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const int16_t* q, const int32_t* e, float* out) {
+  const Mxfp4Consts c = mxfp4_consts();
+  __m512 acc0[TT], acc1[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  const uint8_t* blk = row;
+  size_t g = 0;
+  for (; g + 8 <= n_chunks; g += 8, blk += 8 * 17, q += 256 * TT, e += 8 * TT) {
+    if constexpr (TT <= 2) {   // decode streams the row: 136 bytes a pass
+      __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
+      __builtin_prefetch(blk + kPrefetchAhead + 64, 0, 3);
+      __builtin_prefetch(blk + kPrefetchAhead + 128, 0, 3);
+    }
+    mxfp4_group_tokens<TT>(blk, 4, c, q, e, acc0);
+    mxfp4_group_tokens<TT>(blk + 68, 4, c, q + 128 * TT, e + 4 * TT, acc1);
   }
-  for (; c + 2 <= n_chunks; c += 2, blk += 34, q += 64 * TT, e += 2 * TT) mxfp4_pair<TT>(blk, q, e, table, acc);
-  if (c < n_chunks) {
-    const __m512i w = mxfp4_codes16(blk, table);
-    GD_EACH_TOKEN
-    for (int t = 0; t < TT; ++t) acc[t] = _mm512_fmadd_ps(mxfp4_sums(w, q + 32 * t), mxfp4_scale(blk, e[t]), acc[t]);
+  if (g < n_chunks) {   // one or two groups left, the last maybe short
+    const int blocks = int(std::min<size_t>(4, n_chunks - g));
+    mxfp4_group_tokens<TT>(blk, blocks, c, q, e, acc0);
+    if (g + 4 < n_chunks) mxfp4_group_tokens<TT>(blk + 68, int(n_chunks - g - 4), c, q + 128 * TT, e + 4 * TT, acc1);
   }
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc[t], acc[TT + t]));
+  for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc0[t], acc1[t]));
 }
 
 // One row against TT tokens, two accumulators per token whatever the tile
@@ -278,9 +305,14 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
 
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias) {
+  if (f == Format::MXFP4) {   // grouped activations (ActView::grouped)
+    const size_t nc = K / 32, nbp = grouped_blocks(nc);
+    return rows_by_tiles(f, W, n0, n1, K, T, Y, ldy, bias, [&](auto TT, const uint8_t* row, size_t t0, float* out) {
+      row_mxfp4<decltype(TT)::value>(row, nc, a.q + t0 * nbp * 32, a.e + t0 * nbp, out);
+    });
+  }
   rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
-    if constexpr (decltype(F)::value == Format::MXFP4) row_mxfp4<decltype(TT)::value>(args...);
-    else row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
+    if constexpr (decltype(F)::value != Format::MXFP4) row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
   });
 }
 

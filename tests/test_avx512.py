@@ -217,7 +217,8 @@ def test_the_emulation_maps_every_intrinsic(tmp_path):
     the kernels use, and SIMDe has each (a missing one fails the build: the
     native intrinsic cannot be inlined into an AVX2 function)."""
     text = emulation_header(tmp_path).read_text()
-    for name in ("_mm512_madd_epi16", "_mm512_cvtepi8_epi16", "_mm512_fmadd_ps", "_mm512_permutexvar_epi16"):
+    for name in ("_mm512_madd_epi16", "_mm512_cvtepi8_epi16", "_mm512_fmadd_ps", "_mm512_dpwssd_epi32",
+                 "_mm512_permutex2var_epi8"):
         assert f"#define {name} simde{name}" in text
     simde = "".join(p.read_text(errors="replace") for p in SIMDE.parent.joinpath("avx512").glob("*.h"))
     for name in re.findall(r"#define (_mm\w+) ", text):
@@ -226,7 +227,8 @@ def test_the_emulation_maps_every_intrinsic(tmp_path):
 
 def test_the_path_is_offered_only_where_the_cpu_has_it():
     flags = Path("/proc/cpuinfo").read_text().split("\nflags")[1].split("\n")[0].split()
-    has = {"avx512f", "avx512bw", "avx512vl"} <= set(flags) and "avx2" in flags
+    # (VNNI and VBMI: the MXFP4 kernel's vpdpwssd and vpermt2b)
+    has = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512vbmi"} <= set(flags) and "avx2" in flags
     assert ("avx512" in _kernels.available_impls()) == has
     if has:
         assert _kernels.available_impls()[-1] == "avx512"
