@@ -40,7 +40,7 @@ INTRINSIC = re.compile(r"\b(_mm512_\w+|_mm256_maskz?_\w+|_mm_maskz?_\w+|__m512[i
 
 # What the Debian version of SIMDe lacks, lane by lane as the instruction
 # does it (vcvtdq2ps: each int32 to the nearest float, ties to even, as C's
-# conversion rounds).
+# conversion rounds; a masked byte load reads only the bytes its mask sets).
 MISSING = """
 #if !defined(simde_mm512_cvtepi32_ps)
 static inline simde__m512 simde_mm512_cvtepi32_ps(simde__m512i a) {
@@ -48,6 +48,13 @@ static inline simde__m512 simde_mm512_cvtepi32_ps(simde__m512i a) {
   simde__m512_private r_;
   for (int i = 0; i < 16; ++i) r_.f32[i] = (simde_float32)a_.i32[i];
   return simde__m512_from_private(r_);
+}
+#endif
+#if !defined(simde_mm512_maskz_loadu_epi8)
+static inline simde__m512i simde_mm512_maskz_loadu_epi8(simde__mmask64 k, const void* p) {
+  simde__m512i_private r_;
+  for (int i = 0; i < 64; ++i) r_.i8[i] = ((k >> i) & 1) ? ((const int8_t*)p)[i] : 0;   /* unread where masked */
+  return simde__m512i_from_private(r_);
 }
 #endif
 """
