@@ -164,7 +164,7 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
         quantize_block_generic(x, out, k, even_odd);
       if (grouped)
         for (size_t r = 0; r < kGroup; ++r)
-          std::memcpy(q + (run + r) * kBlock + (b % kGroup) * 8, block + 8 * r, 8 * sizeof(int16_t));
+          for (size_t w = 0; w < 8; ++w) q[(run + r) * kBlock + (b % kGroup) * 8 + w] = block[grouped_slot(r, w)];
     }
   }
 }

@@ -174,8 +174,12 @@ AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts
   const __m512i q = _mm512_permutex2var_epi8(a, c.pick, b);
   const __m512i lo = _mm512_shuffle_epi8(c.table, _mm512_and_si512(q, c.low4));
   const __m512i hi = _mm512_shuffle_epi8(c.table, _mm512_and_si512(_mm512_srli_epi16(q, 4), c.low4));
-  w[0] = _mm512_unpacklo_epi8(c.zero, lo), w[1] = _mm512_unpackhi_epi8(c.zero, lo);
-  w[2] = _mm512_unpacklo_epi8(c.zero, hi), w[3] = _mm512_unpackhi_epi8(c.zero, hi);
+  // each word's values as int16 times 256: its low byte's shifted up, its
+  // high byte's with the low byte cleared (shifts and masks, where
+  // interleaving with zeros took four shuffles)
+  const __m512i high = _mm512_set1_epi16(int16_t(0xFF00));
+  w[0] = _mm512_slli_epi16(lo, 8), w[1] = _mm512_and_si512(lo, high);
+  w[2] = _mm512_slli_epi16(hi, 8), w[3] = _mm512_and_si512(hi, high);
   ew = _mm512_add_epi32(_mm512_maskz_permutexvar_epi8(0x1111111111111111ULL, c.scales, a), c.bias);
 }
 
