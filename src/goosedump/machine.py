@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import platform
 
-ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile",
+ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512vbmi", "avx_vnni", "avx512_bf16", "amx_tile",
              "amx_int8", "asimd", "asimddp", "sve")
 
 
