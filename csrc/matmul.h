@@ -34,7 +34,7 @@ ArgMax matvec_argmax(Format f, const uint8_t* W, size_t N, size_t K, const float
 
 // Whether the I16 form of activations for weights of format f, as the path
 // impl (resolved) reads them, holds each block in act_slot's even/odd order:
-// MXFP4 on every path; on AVX2 also the other formats with small codes,
+// MXFP4 on every path but AVX-512's; on AVX2 also the other formats with small codes,
 // which it widens by a shift and a mask instead of a cross-lane widening
 // (see rows_avx2_i16.cpp's load_codes).
 constexpr bool even_odd_acts(Format f, Impl impl) {

@@ -120,11 +120,12 @@ AVX512 inline float hsum16(__m512 v) {
 // MXFP4, four blocks per vector (the activations grouped: ActView's grouped
 // form). A group's 64 code bytes, one block per 128-bit lane (vpermt2b from
 // the group's 68 bytes), their low and high nibbles looked up as int8
-// values (vpshufb) and widened to int16 times 256 (interleaved with zero
-// bytes: lane k of the four vectors holds block k's values 0..7, 8..15,
-// 16..23, 24..31), four vpdpwssd per token into one int32 vector: lane l of
-// block k the exact sum of eight of its products (|sum| < 2^30). Then one
-// conversion (exact: a multiple of 256 below 2^32) and the group's four
+// values (vpshufb) and made int16 times 256 by a shift or a mask (lane k of
+// the four vectors holds block k's even values 0..14, odd 1..15, even
+// 16..30, odd 17..31: grouped_slot's order), four vpdpwssd per token into
+// one int32 vector: lane l of block k the exact sum of eight of its
+// products (|sum| < 2^30). Then one conversion (exact: 256 times an integer
+// below 2^22) and the group's four
 // scales at once: vscalefps by e + ActView::e - 264 (kMxfp4Scale's
 // exponent; the scale bytes picked from the group by one vpermb), the
 // result added into one of the token's two accumulators (even groups, odd
@@ -197,9 +198,6 @@ AVX512 inline __m512 mxfp4_token(const __m512i w[4], __m512i ew, const int16_t* 
   return _mm512_scalef_ps(_mm512_cvtepi32_ps(s), _mm512_cvtepi32_ps(_mm512_add_epi32(ew, e)));
 }
 
-// One row against TT tokens (q, e: the tile's grouped activations from the
-// row's first group on): a token's even groups into one accumulator, its
-// odd ones into another, added at the row's end, whatever the tile.
 // One group against TT tokens, into their accumulators acc (row_mxfp4 keeps
 // one named array per parity, so that they stay registers: an index chosen
 // at run time put them on the stack).
@@ -212,6 +210,9 @@ AVX512 inline void mxfp4_group_tokens(const uint8_t* blk, int blocks, const Mxfp
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_add_ps(acc[t], mxfp4_token(w, ew, qg + 128 * t, eg + 4 * t, c));
 }
 
+// One row against TT tokens (q, e: the tile's grouped activations from the
+// row's first group on): a token's even groups into one accumulator, its
+// odd ones into another, added at the row's end, whatever the tile.
 template <int TT>
 AVX512 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const int16_t* q, const int32_t* e, float* out) {
   const Mxfp4Consts c = mxfp4_consts();
