@@ -33,7 +33,8 @@ from test_neon import (ATTENTION_CASES, CSRC, FORMATS, FLOATS, NO_CONTRACT, ROOT
 CXX = "g++"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 INSTALL = "apt-get install libsimde-dev"
-SHAPES = [(1, 32, 1), (5, 64, 3), (7, 96, 5), (6, 160, 2), (4, 224, 11), (17, 256, 8), (9, 512, 9), (33, 2880, 13)]
+SHAPES = [(1, 32, 1), (5, 64, 3), (7, 96, 5), (6, 160, 2), (4, 224, 11), (9, 224, 17), (17, 256, 8), (9, 512, 9),
+          (33, 2880, 13), (6, 2880, 21)]
 # every AVX-512 intrinsic, vector and mask type the kernels name
 INTRINSIC = re.compile(r"\b(_mm512_\w+|_mm256_maskz?_\w+|_mm_maskz?_\w+|__m512[id]?|__mmask(?:8|16|32|64))\b")
 
