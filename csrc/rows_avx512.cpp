@@ -184,67 +184,12 @@ AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts
   ew = _mm512_add_epi32(_mm512_maskz_permutexvar_epi8(0x1111111111111111ULL, c.scales, a), c.bias);
 }
 
-// One token's sums of a group, scaled: qt its 128 activations, et its four
-// blocks' ActView::e.
-AVX512 inline __m512 mxfp4_token(const __m512i w[4], __m512i ew, const int16_t* qt, const int32_t* et,
-                                 const Mxfp4Consts& c) {
-  __m512i s = _mm512_dpwssd_epi32(c.zero, w[0], _mm512_loadu_si512(qt));
-  s = _mm512_dpwssd_epi32(s, w[1], _mm512_loadu_si512(qt + 32));
-  s = _mm512_dpwssd_epi32(s, w[2], _mm512_loadu_si512(qt + 64));
-  s = _mm512_dpwssd_epi32(s, w[3], _mm512_loadu_si512(qt + 96));
-  const __m512i each4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i e = _mm512_permutexvar_epi32(each4, _mm512_castsi128_si512(_mm_loadu_si128(
-                                                        reinterpret_cast<const __m128i*>(et))));
-  return _mm512_scalef_ps(_mm512_cvtepi32_ps(s), _mm512_cvtepi32_ps(_mm512_add_epi32(ew, e)));
-}
-
-// One group against TT tokens, into their accumulators acc (row_mxfp4 keeps
-// one named array per parity, so that they stay registers: an index chosen
-// at run time put them on the stack).
-template <int TT>
-AVX512 inline void mxfp4_group_tokens(const uint8_t* blk, int blocks, const Mxfp4Consts& c, const int16_t* qg,
-                                      const int32_t* eg, __m512* acc) {
-  __m512i w[4], ew;
-  mxfp4_group(blk, blocks, c, w, ew);
-  GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) acc[t] = _mm512_add_ps(acc[t], mxfp4_token(w, ew, qg + 128 * t, eg + 4 * t, c));
-}
-
-// One row against TT tokens (q, e: the tile's grouped activations from the
-// row's first group on): a token's even groups into one accumulator, its
-// odd ones into another, added at the row's end, whatever the tile.
-template <int TT>
-AVX512 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const int16_t* q, const int32_t* e, size_t tile,
-                             float* out) {
-  const Mxfp4Consts c = mxfp4_consts();
-  __m512 acc0[TT], acc1[TT];
-  GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
-  const uint8_t* blk = row;
-  size_t g = 0;
-  for (; g + 8 <= n_chunks; g += 8, blk += 8 * 17, q += 256 * tile, e += 8 * tile) {
-    if constexpr (TT <= 2) {   // decode streams the row: 136 bytes a pass
-      __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
-      __builtin_prefetch(blk + kPrefetchAhead + 64, 0, 3);
-      __builtin_prefetch(blk + kPrefetchAhead + 128, 0, 3);
-    }
-    mxfp4_group_tokens<TT>(blk, 4, c, q, e, acc0);
-    mxfp4_group_tokens<TT>(blk + 68, 4, c, q + 128 * tile, e + 4 * tile, acc1);
-  }
-  if (g < n_chunks) {   // one or two groups left, the last maybe short
-    const int blocks = int(std::min<size_t>(4, n_chunks - g));
-    mxfp4_group_tokens<TT>(blk, blocks, c, q, e, acc0);
-    if (g + 4 < n_chunks) mxfp4_group_tokens<TT>(blk + 68, int(n_chunks - g - 4), c, q + 128 * tile, e + 4 * tile, acc1);
-  }
-  GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc0[t], acc1[t]));
-}
-
-// One group (blocks of it: 4, or fewer for a row's last) of R rows against
-// TT tokens, into their accumulators: the group's activations loaded once
-// for both rows.
+// One group (blocks of it: 4, or fewer for a row's last) of R rows (1 or 2)
+// against TT tokens, into their accumulators: the group's activations
+// loaded once for both rows. (Named arrays of accumulators, one per call:
+// an index chosen at run time put them on the stack.)
 template <int R, int TT>
-AVX512 inline void mxfp4_group_rows(const uint8_t* const blks[2], int blocks, const int16_t* q, const int32_t* e,
+AVX512 inline void mxfp4_group_rows(const uint8_t* const blks[R], int blocks, const int16_t* q, const int32_t* e,
                                     const Mxfp4Consts& c, __m512 acc[R][TT]) {
   __m512i w[R][4], ew[R];
   for (int r = 0; r < R; ++r) mxfp4_group(blks[r], blocks, c, w[r], ew[r]);
@@ -265,6 +210,40 @@ AVX512 inline void mxfp4_group_rows(const uint8_t* const blks[2], int blocks, co
       acc[r][t] = _mm512_add_ps(acc[r][t], x);
     }
   }
+}
+
+// One row against TT tokens (q, e: the tile's grouped activations from the
+// row's first group on): a token's even groups into one accumulator, its
+// odd ones into another, added at the row's end, whatever the tile.
+template <int TT>
+AVX512 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const int16_t* q, const int32_t* e, size_t tile,
+                             float* out) {
+  const Mxfp4Consts c = mxfp4_consts();
+  __m512 acc0[TT], acc1[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  const uint8_t* blk = row;
+  size_t g = 0;
+  for (; g + 8 <= n_chunks; g += 8, blk += 8 * 17, q += 256 * tile, e += 8 * tile) {
+    if constexpr (TT <= 2) {   // decode streams the row: 136 bytes a pass
+      __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
+      __builtin_prefetch(blk + kPrefetchAhead + 64, 0, 3);
+      __builtin_prefetch(blk + kPrefetchAhead + 128, 0, 3);
+    }
+    const uint8_t* first[1] = {blk};
+    const uint8_t* second[1] = {blk + 68};
+    mxfp4_group_rows<1, TT>(first, 4, q, e, c, &acc0);
+    mxfp4_group_rows<1, TT>(second, 4, q + 128 * tile, e + 4 * tile, c, &acc1);
+  }
+  if (g < n_chunks) {   // one or two groups left, the last maybe short
+    const int blocks = int(std::min<size_t>(4, n_chunks - g));
+    const uint8_t* first[1] = {blk};
+    const uint8_t* second[1] = {blk + 68};
+    mxfp4_group_rows<1, TT>(first, blocks, q, e, c, &acc0);
+    if (g + 4 < n_chunks) mxfp4_group_rows<1, TT>(second, int(n_chunks - g - 4), q + 128 * tile, e + 4 * tile, c, &acc1);
+  }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc0[t], acc1[t]));
 }
 
 // Two rows against TT tokens at once, the same sums as row_mxfp4's for
