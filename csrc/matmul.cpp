@@ -156,7 +156,7 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
         for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
       const int k = block_shift(amax);
       d[at] = pow2(-k);
-      e[at] = kScaleBias - k;
+      e[at] = grouped ? kGroupedScaleBias - k : kScaleBias - k;
 #ifdef GD_X86
       if (avx2) quantize_block_avx2(x, out, k, even_odd);
       else

@@ -120,21 +120,22 @@ AVX512 inline float hsum16(__m512 v) {
 // MXFP4, four blocks per vector (the activations grouped: ActView's grouped
 // form). A group's 64 code bytes, one block per 128-bit lane (vpermt2b from
 // the group's 68 bytes), their low and high nibbles looked up as int8
-// values (vpshufb) and made int16 times 256 by a shift or a mask (lane k of
+// values (vpermb) and made int16 times 256 by a shift or a mask (lane k of
 // the four vectors holds block k's even values 0..14, odd 1..15, even
 // 16..30, odd 17..31: grouped_slot's order), four vpdpwssd per token into
 // one int32 vector: lane l of block k the exact sum of eight of its
 // products (|sum| < 2^30). Then one conversion (exact: 256 times an integer
 // below 2^22) and the group's four
-// scales at once: vscalefps by e + ActView::e - 264 (kMxfp4Scale's
-// exponent; the scale bytes picked from the group by one vpermb), the
+// scales at once: vscalefps by e + ActView::e (kMxfp4Scale's exponent: the
+// grouped form's e holds kGroupedScaleBias - k; the scale bytes picked from
+// the group by one vpermb), the
 // result added into one of the token's two accumulators (even groups, odd
 // groups). Per block and token that is one multiply-add instruction where
 // the block-per-vector loop spent a vpmaddwd, a vpermw and an FMA, the
 // three sharing two ports (AMD EPYC Zen 5: measured). Needs AVX-512 VNNI
 // and VBMI, which cpu_has_avx512 asks for.
 struct Mxfp4Consts {
-  __m512i pick, scales, table, low4, zero, bias;
+  __m512i pick, scales, table, zero;
 };
 
 // Block k's codes from the group's first load (bytes 17k + 1 ..) or, for
@@ -156,12 +157,11 @@ static constexpr Mxfp4Picks kMxfp4Picks = mxfp4_picks();
 
 AVX512 inline Mxfp4Consts mxfp4_consts() {
   return {_mm512_load_si512(kMxfp4Picks.pick), _mm512_load_si512(kMxfp4Picks.scales),
-          _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_values256())), _mm512_set1_epi8(0x0F),
-          _mm512_setzero_si512(), _mm512_set1_epi32(-264)};
+          _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_values256())), _mm512_setzero_si512()};
 }
 
-// A group's four blocks' int16 values (w[0..3]) and scale exponents e - 264
-// (each block's in its four lanes), from its 68 bytes; a tail group of
+// A group's four blocks' int16 values (w[0..3]) and scale bytes e (each
+// block's in its four lanes), from its 68 bytes; a tail group of
 // `blocks` < 4 reads only its own bytes (the rest as zeros: zero codes).
 AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i w[4], __m512i& ew) {
   __m512i a, b;
@@ -173,15 +173,18 @@ AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts
     b = _mm512_maskz_loadu_epi8(~__mmask64(0) >> (64 - (n - 4)), blk + 4);
   }
   const __m512i q = _mm512_permutex2var_epi8(a, c.pick, b);
-  const __m512i lo = _mm512_shuffle_epi8(c.table, _mm512_and_si512(q, c.low4));
-  const __m512i hi = _mm512_shuffle_epi8(c.table, _mm512_and_si512(_mm512_srli_epi16(q, 4), c.low4));
+  // vpermb reads an index's low six bits and the table holds the 16 values
+  // four times: each byte's low nibble, and after the word shift its high
+  // one, pick their values without masking off the bits above
+  const __m512i lo = _mm512_permutexvar_epi8(q, c.table);
+  const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(q, 4), c.table);
   // each word's values as int16 times 256: its low byte's shifted up, its
   // high byte's with the low byte cleared (shifts and masks, where
   // interleaving with zeros took four shuffles)
   const __m512i high = _mm512_set1_epi16(int16_t(0xFF00));
   w[0] = _mm512_slli_epi16(lo, 8), w[1] = _mm512_and_si512(lo, high);
   w[2] = _mm512_slli_epi16(hi, 8), w[3] = _mm512_and_si512(hi, high);
-  ew = _mm512_add_epi32(_mm512_maskz_permutexvar_epi8(0x1111111111111111ULL, c.scales, a), c.bias);
+  ew = _mm512_maskz_permutexvar_epi8(0x1111111111111111ULL, c.scales, a);
 }
 
 // One group (blocks of it: 4, or fewer for a row's last) of R rows (1 or 2)
