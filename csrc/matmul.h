@@ -50,10 +50,6 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
 // with i = grouped_block(t, 4 g, ..); block k's scale at d[i + k], e[i + k].
 constexpr bool grouped_acts(Format f, Impl impl) { return f == Format::MXFP4 && impl == Impl::Avx512; }
 constexpr size_t kGroup = 4;
-// The grouped form's exponents: e[i] = -136 - k, so that a weight block's
-// scale byte e_w plus e[i] is its sum's whole exponent (2^(e_w - 136 - k):
-// kMxfp4Scale's), one add fewer per group than 128 - k.
-constexpr int kGroupedScaleBias = -136;
 // Word w of run r: the block's even activations 0..14, its odd ones 1..15,
 // then 16..30 and 17..31 (the order the kernel widens the codes in).
 constexpr size_t grouped_slot(size_t r, size_t w) { return 2 * w + (r & 1) + 16 * (r >> 1); }
@@ -91,7 +87,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
 // block (a tile's tokens read one run per block): block b of token t at
 // q[i*32 ..] with i = act_block(t, b, ..) (matmul.cpp), its scale d[i] = 2^-k,
 // a power of two (so that the MXFP4 kernels find a block's whole scale in a
-// table: e[i] = 128 - k; the grouped form's -136 - k), with k the
+// table: e[i] = 128 - k; the grouped form's -136 - k, rows.h), with k the
 // largest that keeps the block's largest value within 32767 (each value
 // rounded to within 2^-15 of it).
 // With even_odd, activation j of a 32-block sits at act_slot(j): even ones

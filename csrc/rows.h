@@ -20,6 +20,13 @@ constexpr size_t kTokenTile = 8;
 // token and chunk (the prefill products ran at 49% of the int16 peak).
 #define GD_EACH_TOKEN _Pragma("GCC unroll 8")
 constexpr int kScaleBias = 128;   // ActView::e[b] = kScaleBias - k for an activation block scale 2^-k
+// MXFP4's scale table (rows_x86.h's kMxfp4Scale[i] = 2^(i - kMxfp4ScaleOffset))
+// and the grouped form's exponents (matmul.h's grouped_acts: e[b] =
+// kGroupedScaleBias - k, so that a weight block's scale byte plus e[b] is
+// the table's index less the offset, the sum's whole exponent: one add
+// fewer per group than kScaleBias - k)
+constexpr int kMxfp4ScaleOffset = 264;
+constexpr int kGroupedScaleBias = kScaleBias - kMxfp4ScaleOffset;
 
 // Where block b of token t sits in the I16 form (in blocks): tokens in
 // tiles of kTokenTile, a tile's blocks one after another, each holding the

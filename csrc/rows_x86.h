@@ -38,7 +38,7 @@ struct Mxfp4ScaleTable {
 constexpr Mxfp4ScaleTable mxfp4_scale_table() {
   Mxfp4ScaleTable t{};
   double p = 1.0;
-  for (int i = 0; i < 264; ++i) p /= 2;   // 2^-264, exact in a double
+  for (int i = 0; i < kMxfp4ScaleOffset; ++i) p /= 2;   // 2^-264, exact in a double
   for (int i = 0; i < 512; ++i, p *= 2) t.v[i] = float(p);
   return t;
 }
