@@ -98,6 +98,23 @@ def test_bench_comma_lists_give_one_row_per_combination(tiny_path):
                                                                "test", "t/s"]
     assert [(r.split("|")[5].strip(), r.split("|")[6].strip()) for r in rows] == \
         [("1", "pp8"), ("1", "tg2"), ("2", "pp8"), ("2", "tg2")]
+
+
+def test_bench_tg_counts_forward_passes_as_llama_bench(tiny_path):
+    # tgN times N one-token forward passes after the prefill (llama-bench's
+    # tg1 is one); -n 0 times the prefill alone and prints no tg row
+    out = cli("bench", tiny_path, "-p", "8", "-n", "0,1,3", "-r", "1", "--json", "--profile")
+    assert out.returncode == 0, out.stderr
+    none, one, three = json.loads(out.stdout)["results"]
+    assert none["decode_tokens_per_s"] is None and none["prefill_tokens_per_s"] > 0
+    assert one["decode_tokens_per_s"] > 0 and three["decode_tokens_per_s"] > 0
+    assert [len(r["profile"]["decode_tokens"]) for r in (none, one, three)] == [0, 1, 3]
+    table = cli("bench", tiny_path, "-p", "8", "-n", "0", "-r", "1")
+    assert table.returncode == 0, table.stderr
+    head, _, *rows = [line for line in table.stdout.splitlines() if line.startswith("|")]
+    assert [r.split("|")[6].strip() for r in rows] == ["pp8"]
+    bad = cli("bench", tiny_path, "-n", "-1")
+    assert bad.returncode == 2 and "-n/--gen-tokens must be at least 0" in bad.stderr
     fail(cli("bench", tiny_path, "-p", "8,x"), "-p/--prompt-tokens", "8,x")
 
 

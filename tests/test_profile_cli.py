@@ -64,7 +64,7 @@ def test_bench_and_plot(streamed_path, tmp_path):
     assert "where the time went" in r.stdout and "expert routing:" in r.stdout and "peak RSS" in r.stdout
     prof = json.loads(prof_file.read_text())
     validate_profile(prof)
-    assert prof["phases"]["prefill"]["tokens"] == 16 and len(prof["decode_tokens"]) == 7
+    assert prof["phases"]["prefill"]["tokens"] == 16 and len(prof["decode_tokens"]) == 8   # tg8: 8 forward passes
     out = goosedump("plot", str(prof_file), "--out", str(tmp_path / "pics"))
     assert out.returncode == 0, out.stderr
     for name in FILES.values():

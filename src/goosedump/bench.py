@@ -1,7 +1,9 @@
 """`goosedump bench`: prefill and decode speed, llama-bench style: random token
 ids (no special tokens), greedy decode that runs through end-of-generation;
 comma lists (-p 128,512 -n 32,128 -t 1,2) give one row per combination, with
-llama-bench's columns (model, size, params, backend, threads, test, t/s)."""
+llama-bench's columns (model, size, params, backend, threads, test, t/s).
+tgN times N forward passes of one token, as llama-bench's does (the token the
+prefill's logits give is not one of them); -n 0 times the prefill alone."""
 from __future__ import annotations
 
 import argparse
@@ -38,30 +40,33 @@ def measure(model, n_prompt: int, n_gen: int, reps: int, profile: bool, log) -> 
     for rep in range(reps + 1):  # the first is a warm-up, not counted
         prompt = rng.choice(normal, n_prompt).tolist()
         # the routing trace gives Belady's hit rate beside the achieved one
-        r = model.generate(prompt, max_tokens=n_gen, reuse_cache=False, ignore_eos=True,
+        r = model.generate(prompt, max_tokens=n_gen + 1, reuse_cache=False, ignore_eos=True,
                            profile=profile and rep == reps, record_routing=not model.store.in_place)
+        if r.decode_steps != n_gen:
+            raise RuntimeError(f"bench: {r.decode_steps} decode steps where {n_gen} were asked for")
         if rep:
-            runs.append((r.prefill_tokens_per_s, r.decode_tokens_per_s))
-            log(f"pp{n_prompt} tg{n_gen} t{_kernels.num_threads()} rep {rep}: prefill {runs[-1][0]:.2f} tok/s, "
-                f"decode {runs[-1][1]:.2f} tok/s")
+            runs.append((r.prefill_tokens_per_s, r.decode_tokens_per_s if n_gen else None))
+            log(f"pp{n_prompt} tg{n_gen} t{_kernels.num_threads()} rep {rep}: prefill {runs[-1][0]:.2f} tok/s"
+                + (f", decode {runs[-1][1]:.2f} tok/s" if n_gen else ""))
     pre, dec = [x[0] for x in runs], [x[1] for x in runs]
     sd = (lambda v: statistics.stdev(v) if len(v) > 1 else 0.0)
     return {"prompt_tokens": n_prompt, "gen_tokens": n_gen, "reps": reps, "threads": _kernels.num_threads(),
             "prefill_tokens_per_s": statistics.mean(pre), "prefill_tokens_per_s_std": sd(pre),
-            "decode_tokens_per_s": statistics.mean(dec), "decode_tokens_per_s_std": sd(dec),
+            "decode_tokens_per_s": statistics.mean(dec) if n_gen else None,
+            "decode_tokens_per_s_std": sd(dec) if n_gen else None,
             "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs],
             "expert_cache": r.expert_cache, "profile": r.profile}   # the last repetition's
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     prompts = int_list(args.prompt_tokens, "-p/--prompt-tokens", 1)
-    gens = int_list(args.gen_tokens, "-n/--gen-tokens", 1)
+    gens = int_list(args.gen_tokens, "-n/--gen-tokens", 0)
     threads = int_list(args.threads, "-t/--threads", 0)
     if args.reps < 1:
         raise UsageError(f"-r/--reps must be at least 1, got {args.reps}")
     for t in threads[1:]:
         check_threads(t)
-    args.ctx = max(prompts) + max(gens)
+    args.ctx = max(prompts) + max(gens) + 1
     args.threads = threads[0]
     model = load_model(args)
     say_budget(model)
@@ -92,6 +97,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"| {'-' * 24} | {'-' * 10}:| {'-' * 8}:| {'-' * 12} | {'-' * 7}:| {'-' * 6}:| {'-' * 16}:|")
     for r in results:
         for test, key in ((f"pp{r['prompt_tokens']}", "prefill"), (f"tg{r['gen_tokens']}", "decode")):
+            if r[key + "_tokens_per_s"] is None:   # -n 0: no decode row, as llama-bench
+                continue
             print(f"| {name[:24]:24s} | {format_bytes(size):>10s} | {params / 1e9:7.2f}B | {backend:12s} | "
                   f"{r['threads']:7d} | {test:>6s} | {r[key + '_tokens_per_s']:8.2f} ± "
                   f"{r[key + '_tokens_per_s_std']:5.2f} |")

@@ -204,7 +204,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     b.add_argument("-p", "--prompt-tokens", "--n-prompt", dest="prompt_tokens", default="512", metavar="N[,N...]",
                    help="prompt length(s) (default 512)")
     b.add_argument("-n", "--gen-tokens", "--n-gen", dest="gen_tokens", default="128", metavar="N[,N...]",
-                   help="tokens to decode (default 128)")
+                   help="tokens to decode: tgN times N one-token forward passes after the "
+                        "prefill, as llama-bench; 0: the prefill alone (default 128)")
     b.add_argument("-t", "--threads", default=None, metavar="N[,N...]", help="threads (default: one per core)")
     b.add_argument("-r", "--reps", "--repetitions", dest="reps", type=int, default=3,
                    help="repetitions after one warm-up (default 3)")
