@@ -41,14 +41,16 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
   return (f == Format::MXFP4 && impl != Impl::Avx512) || (impl == Impl::Avx2 && small_codes(f));
 }
 
-// Whether they are grouped instead: MXFP4 on AVX-512, whose kernel takes
-// four blocks per vector (rows_avx512.cpp's row_mxfp4). Blocks in groups of
+// Whether they are grouped instead: MXFP4 and Q8_0 on AVX-512, whose
+// kernels take four blocks per vector (rows_avx512.cpp's row_grouped). Blocks in groups of
 // four (the row's last group padded with zero blocks), each tile's groups
 // one after another, a group holding its 128 activations per token: run r
 // of eight (activations grouped_slot(r, 0..7), r = 0..3) of each of its four
 // blocks in turn, at q[(i + r) * 32 + k * 8 ..] for block k of the group,
 // with i = grouped_block(t, 4 g, ..); block k's scale at d[i + k], e[i + k].
-constexpr bool grouped_acts(Format f, Impl impl) { return f == Format::MXFP4 && impl == Impl::Avx512; }
+constexpr bool grouped_acts(Format f, Impl impl) {
+  return (f == Format::MXFP4 || f == Format::Q8_0) && impl == Impl::Avx512;
+}
 constexpr size_t kGroup = 4;
 // Word w of run r: the block's even activations 0..14, its odd ones 1..15,
 // then 16..30 and 17..31 (the order the kernel widens the codes in).

@@ -1,8 +1,8 @@
 // The int16 row products in AVX-512 (F, BW, VL, VNNI, VBMI: Ice Lake and
 // later Xeons, AMD Zen 4 and 5): a chunk's 32 weight codes are one register
 // of 32 int16, its 32 activations another, and one vpmaddwd makes the
-// chunk's 16 exact pair sums; MXFP4 takes four blocks per register and
-// vpdpwssd (row_mxfp4 below). The plain-float rows (fp32
+// chunk's 16 exact pair sums; MXFP4 and Q8_0 take four blocks per
+// register and vpdpwssd (row_grouped below). The plain-float rows (fp32
 // activations) are AVX2's (rows_avx2.cpp): they are not this path's hot
 // kernels. See rows.h for the contract.
 //
@@ -12,8 +12,8 @@
 // 8..15 by the second) and added into lane l of one of the token's two
 // accumulators, even chunks into the first, odd ones into the second; at
 // the row's end the two are added, their 16 lanes summed by one fixed
-// reduction and the minimums' terms added (MXFP4: lane l of block k holds
-// eight products' exact sum, see row_mxfp4). A token's sums are formed the
+// reduction and the minimums' terms added (MXFP4 and Q8_0: lane l of block
+// k holds eight products' exact sum, see group_rows). A token's sums are formed the
 // same way alone or in a tile (batch invariance), within the int16 bound of
 // the reference, but not its bits: the reference sums a chunk before
 // scaling it.
@@ -47,10 +47,10 @@ namespace {
 using namespace x86;
 
 // A chunk's 32 weight codes as 32 int16, in the order of the block's I16
-// activations (MXFP4 runs row_mxfp4 below).
+// activations (MXFP4 and Q8_0 run row_grouped below).
 template <Format F>
 AVX512 inline __m512i codes16(const uint8_t* blk, int sub) {
-  static_assert(F != Format::MXFP4, "MXFP4 runs row_mxfp4");
+  static_assert(F != Format::MXFP4, "MXFP4 runs row_grouped");
   if constexpr (F == Format::Q8_0) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
   } else {
@@ -187,78 +187,149 @@ AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts
   ew = _mm512_maskz_permutexvar_epi8(0x1111111111111111ULL, c.scales, a);
 }
 
+// Q8_0 in the same grouped form: a group's four 34-byte blocks (136 bytes)
+// from four loads, codes 0..15 of each block into its 128-bit lane by one
+// vpermt2b and codes 16..31 by another, each byte widened to int16 in place
+// (even bytes by two shifts, odd ones by one: the grouped_slot order), and
+// the four fp16 scales, each in its block's four lanes, by a third vpermt2b
+// and one conversion. Lane l of block k then sums eight products exactly
+// (|sum| < 2^25, so the conversion rounds only sums beyond 2^24), as
+// MXFP4's; the activations are MXFP4's grouped form.
+struct Q8Picks {
+  alignas(64) uint8_t lo[64], hi[64], scales[64];
+};
+constexpr Q8Picks q8_picks() {
+  Q8Picks p{};
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 16; ++j) {
+      // lo: byte b of the loads from 0 and 64 at index b; hi: of those from 8 and 72 at b - 8
+      p.lo[16 * k + j] = uint8_t(34 * k + 2 + j);
+      p.hi[16 * k + j] = uint8_t(34 * k + 10 + j);
+    }
+  for (int l = 0; l < 16; ++l) {   // word l: block l / 4's scale (bytes 34k, 34k + 1)
+    p.scales[2 * l] = uint8_t(34 * (l / 4));
+    p.scales[2 * l + 1] = uint8_t(34 * (l / 4) + 1);
+  }
+  return p;
+}
+static constexpr Q8Picks kQ8Picks = q8_picks();
+
+AVX512 inline __m512i load_bytes(const uint8_t* p, int n) {   // n of the 64 bytes (the rest zeros)
+  if (n >= 64) return _mm512_loadu_si512(p);
+  return n > 0 ? _mm512_maskz_loadu_epi8(~__mmask64(0) >> (64 - n), p) : _mm512_setzero_si512();
+}
+
+AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[4], __m512& dw) {
+  const int n = 34 * blocks;
+  const __m512i l0 = load_bytes(blk, n), l1 = load_bytes(blk + 64, n - 64);
+  const __m512i m0 = load_bytes(blk + 8, n - 8), m1 = load_bytes(blk + 72, n - 72);
+  const __m512i lo = _mm512_permutex2var_epi8(l0, _mm512_load_si512(kQ8Picks.lo), l1);
+  const __m512i hi = _mm512_permutex2var_epi8(m0, _mm512_load_si512(kQ8Picks.hi), m1);
+  w[0] = _mm512_srai_epi16(_mm512_slli_epi16(lo, 8), 8), w[1] = _mm512_srai_epi16(lo, 8);
+  w[2] = _mm512_srai_epi16(_mm512_slli_epi16(hi, 8), 8), w[3] = _mm512_srai_epi16(hi, 8);
+  const __m512i h = _mm512_permutex2var_epi8(l0, _mm512_load_si512(kQ8Picks.scales), l1);
+  dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+}
+
+// A group's four vpdpwssd for one row and token, converted (exact below 2^24).
+AVX512 inline __m512 group_sums(const __m512i w[4], const __m512i av[4], __m512i zero) {
+  __m512i s = _mm512_dpwssd_epi32(zero, w[0], av[0]);
+  s = _mm512_dpwssd_epi32(s, w[1], av[1]);
+  s = _mm512_dpwssd_epi32(s, w[2], av[2]);
+  return _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(s, w[3], av[3]));
+}
+
+// A tile's grouped activations from one group on (q: 128 int16 per token,
+// e, d: four blocks' scales per token).
+struct GroupActs {
+  const int16_t* q;
+  const int32_t* e;
+  const float* d;
+  GroupActs at(size_t groups, size_t tile) const {
+    return {q + 128 * groups * tile, e + 4 * groups * tile, d + 4 * groups * tile};
+  }
+};
+
 // One group (blocks of it: 4, or fewer for a row's last) of R rows (1 or 2)
 // against TT tokens, into their accumulators: the group's activations
-// loaded once for both rows. (Named arrays of accumulators, one per call:
-// an index chosen at run time put them on the stack.)
-template <int R, int TT>
-AVX512 inline void mxfp4_group_rows(const uint8_t* const blks[R], int blocks, const int16_t* q, const int32_t* e,
-                                    const Mxfp4Consts& c, __m512 acc[R][TT]) {
+// loaded once for both rows. MXFP4 scales a token's sums by vscalefps
+// (mxfp4_group); Q8_0 multiplies the weights' fp16 scales by the
+// activations' 2^-k and adds the sums times that by one FMA. (Named arrays
+// of accumulators, one per call: an index chosen at run time put them on
+// the stack.)
+template <Format F, int R, int TT>
+AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const GroupActs& a, const Mxfp4Consts& c,
+                              __m512 acc[R][TT]) {
+  static_assert(F == Format::MXFP4 || F == Format::Q8_0);
   __m512i w[R][4], ew[R];
-  for (int r = 0; r < R; ++r) mxfp4_group(blks[r], blocks, c, w[r], ew[r]);
+  __m512 dw[R];
+  for (int r = 0; r < R; ++r) {
+    if constexpr (F == Format::MXFP4) mxfp4_group(blks[r], blocks, c, w[r], ew[r]);
+    else q8_group(blks[r], blocks, w[r], dw[r]);
+  }
   const __m512i each4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
-    const int16_t* qt = q + 128 * t;
-    const __m512i a0 = _mm512_loadu_si512(qt), a1 = _mm512_loadu_si512(qt + 32);
-    const __m512i a2 = _mm512_loadu_si512(qt + 64), a3 = _mm512_loadu_si512(qt + 96);
-    const __m512i et = _mm512_permutexvar_epi32(
-        each4, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 4 * t))));
-    for (int r = 0; r < R; ++r) {
-      __m512i s = _mm512_dpwssd_epi32(c.zero, w[r][0], a0);
-      s = _mm512_dpwssd_epi32(s, w[r][1], a1);
-      s = _mm512_dpwssd_epi32(s, w[r][2], a2);
-      s = _mm512_dpwssd_epi32(s, w[r][3], a3);
-      const __m512 x = _mm512_scalef_ps(_mm512_cvtepi32_ps(s), _mm512_cvtepi32_ps(_mm512_add_epi32(ew[r], et)));
-      acc[r][t] = _mm512_add_ps(acc[r][t], x);
+    const int16_t* qt = a.q + 128 * t;
+    const __m512i av[4] = {_mm512_loadu_si512(qt), _mm512_loadu_si512(qt + 32), _mm512_loadu_si512(qt + 64),
+                           _mm512_loadu_si512(qt + 96)};
+    if constexpr (F == Format::MXFP4) {
+      const __m512i et = _mm512_permutexvar_epi32(
+          each4, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.e + 4 * t))));
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_scalef_ps(group_sums(w[r], av, c.zero), _mm512_cvtepi32_ps(_mm512_add_epi32(ew[r], et)));
+        acc[r][t] = _mm512_add_ps(acc[r][t], x);
+      }
+    } else {
+      const __m512 dt = _mm512_permutexvar_ps(each4, _mm512_castps128_ps512(_mm_loadu_ps(a.d + 4 * t)));
+      for (int r = 0; r < R; ++r)
+        acc[r][t] = _mm512_fmadd_ps(group_sums(w[r], av, c.zero), _mm512_mul_ps(dw[r], dt), acc[r][t]);
     }
   }
 }
 
-// One row against TT tokens (q, e: the tile's grouped activations from the
+// One row against TT tokens (a: the tile's grouped activations from the
 // row's first group on): a token's even groups into one accumulator, its
 // odd ones into another, added at the row's end, whatever the tile.
-template <int TT>
-AVX512 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const int16_t* q, const int32_t* e, size_t tile,
-                             float* out) {
+template <Format F, int TT>
+AVX512 inline void row_grouped(const uint8_t* row, size_t n_chunks, GroupActs a, size_t tile, float* out) {
+  constexpr size_t gb = 4 * block_bytes(F);   // a group's bytes
   const Mxfp4Consts c = mxfp4_consts();
   __m512 acc0[TT], acc1[TT];
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
   const uint8_t* blk = row;
   size_t g = 0;
-  for (; g + 8 <= n_chunks; g += 8, blk += 8 * 17, q += 256 * tile, e += 8 * tile) {
-    if constexpr (TT <= 2) {   // decode streams the row: 136 bytes a pass
-      __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
-      __builtin_prefetch(blk + kPrefetchAhead + 64, 0, 3);
-      __builtin_prefetch(blk + kPrefetchAhead + 128, 0, 3);
-    }
+  for (; g + 8 <= n_chunks; g += 8, blk += 2 * gb, a = a.at(2, tile)) {
+    if constexpr (TT <= 2)   // decode streams the row: two groups a pass
+      for (size_t b = 0; b < 2 * gb; b += 64) __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
     const uint8_t* first[1] = {blk};
-    const uint8_t* second[1] = {blk + 68};
-    mxfp4_group_rows<1, TT>(first, 4, q, e, c, &acc0);
-    mxfp4_group_rows<1, TT>(second, 4, q + 128 * tile, e + 4 * tile, c, &acc1);
+    const uint8_t* second[1] = {blk + gb};
+    group_rows<F, 1, TT>(first, 4, a, c, &acc0);
+    group_rows<F, 1, TT>(second, 4, a.at(1, tile), c, &acc1);
   }
   if (g < n_chunks) {   // one or two groups left, the last maybe short
     const int blocks = int(std::min<size_t>(4, n_chunks - g));
     const uint8_t* first[1] = {blk};
-    const uint8_t* second[1] = {blk + 68};
-    mxfp4_group_rows<1, TT>(first, blocks, q, e, c, &acc0);
-    if (g + 4 < n_chunks) mxfp4_group_rows<1, TT>(second, int(n_chunks - g - 4), q + 128 * tile, e + 4 * tile, c, &acc1);
+    const uint8_t* second[1] = {blk + gb};
+    group_rows<F, 1, TT>(first, blocks, a, c, &acc0);
+    if (g + 4 < n_chunks) group_rows<F, 1, TT>(second, int(n_chunks - g - 4), a.at(1, tile), c, &acc1);
   }
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc0[t], acc1[t]));
 }
 
-// Two rows against TT tokens at once, the same sums as row_mxfp4's for
+// Two rows against TT tokens at once, the same sums as row_grouped's for
 // each (its even groups' accumulator, then its odd groups', added at the
 // end): the even groups in one pass, the odd ones in a second, so that two
 // rows' accumulators fit the registers. Where a product reads its rows
 // again for several tiles (they are in the L2 then), each tile's
 // activations (46 KB of int16 for 8 tokens of a 2880-wide row) are read
 // once for both rows.
-template <int TT>
-AVX512 inline void row_pair_mxfp4(const uint8_t* const rows[2], size_t n_chunks, const int16_t* q,
-                                  const int32_t* e, size_t tile, float out[2][kTokenTile]) {
+template <Format F, int TT>
+AVX512 inline void row_pair_grouped(const uint8_t* const rows[2], size_t n_chunks, const GroupActs& a, size_t tile,
+                                    float out[2][kTokenTile]) {
+  constexpr size_t gb = 4 * block_bytes(F);
   const Mxfp4Consts c = mxfp4_consts();
   alignas(64) __m512 even[2][TT];
   __m512 acc[2][TT];
@@ -268,9 +339,8 @@ AVX512 inline void row_pair_mxfp4(const uint8_t* const rows[2], size_t n_chunks,
       for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
     }
     for (size_t g = 4 * parity; g < n_chunks; g += 8) {
-      const uint8_t* blks[2] = {rows[0] + g / 4 * 68, rows[1] + g / 4 * 68};
-      mxfp4_group_rows<2, TT>(blks, int(std::min<size_t>(4, n_chunks - g)), q + 32 * g * tile, e + g * tile, c,
-                              acc);
+      const uint8_t* blks[2] = {rows[0] + g / 4 * gb, rows[1] + g / 4 * gb};
+      group_rows<F, 2, TT>(blks, int(std::min<size_t>(4, n_chunks - g)), a.at(g / 4, tile), c, acc);
     }
     if (parity == 0) std::memcpy(even, acc, sizeof acc);
   }
@@ -282,8 +352,9 @@ AVX512 inline void row_pair_mxfp4(const uint8_t* const rows[2], size_t n_chunks,
 
 // One row against TT tokens, two accumulators per token whatever the tile
 // (even chunks into acc[0], odd ones into acc[1], added at the row's end;
-// the minimums' terms likewise), as MXFP4's: one token
-// Q8_0 and Q5_0 1.01-1.11x, 128 tokens 0.96-1.05x. Super-blocks unpack
+// the minimums' terms likewise): against one accumulator, one token Q8_0
+// (before it took the grouped form) and Q5_0 1.01-1.11x, 128 tokens
+// 0.96-1.05x. Super-blocks unpack
 // their scales once for their eight chunks.
 template <Format F, int TT>
 AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
@@ -356,25 +427,30 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
 
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias) {
-  if (f == Format::MXFP4) {   // grouped activations (ActView::grouped)
+  if (grouped_acts(f, Impl::Avx512)) {   // MXFP4 and Q8_0: grouped activations (ActView::grouped)
     const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
     // Two rows at a time where several tiles read the rows (see
-    // row_pair_mxfp4); a product of fewer tokens streams its rows from
-    // memory once, and two interleaved streams prefetched worse (one token
-    // 0.82x; 8 tokens 0.78x with one accumulator per token).
+    // row_pair_grouped); a product of fewer tokens streams its rows from
+    // memory once, and two interleaved streams prefetched worse (MXFP4: one
+    // token 0.82x; 8 tokens 0.78x with one accumulator per token).
     const size_t pair = T >= 2 * kTokenTile ? 2 : 1;
     float out[2][kTokenTile];
     for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const size_t tt = std::min(kTokenTile, T - t0);
-      const int16_t* q = a.q + t0 * nbp * 32;
-      const int32_t* e = a.e + t0 * nbp;
+      const GroupActs ga{a.q + t0 * nbp * 32, a.e + t0 * nbp, a.d + t0 * nbp};
       for (size_t n = n0; n < n1; n += pair) {
         const size_t R = std::min(pair, n1 - n);
         const uint8_t* rows[2] = {W + n * rb, W + (n + R - 1) * rb};
-        with_tile(tt, [&](auto TT) {
-          if (R == 2) row_pair_mxfp4<decltype(TT)::value>(rows, nc, q, e, tt, out);
-          else row_mxfp4<decltype(TT)::value>(rows[0], nc, q, e, tt, out[0]);
-        });
+        auto run = [&](auto F) {
+          with_tile(tt, [&](auto TT) {
+            constexpr Format f_ = decltype(F)::value;
+            constexpr int tt_ = decltype(TT)::value;
+            if (R == 2) row_pair_grouped<f_, tt_>(rows, nc, ga, tt, out);
+            else row_grouped<f_, tt_>(rows[0], nc, ga, tt, out[0]);
+          });
+        };
+        if (f == Format::MXFP4) run(std::integral_constant<Format, Format::MXFP4>{});
+        else run(std::integral_constant<Format, Format::Q8_0>{});
         for (size_t r = 0; r < R; ++r)
           for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n + r] = out[r][t] + (bias ? bias[n + r] : 0.f);
       }
@@ -382,7 +458,7 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
     return;
   }
   rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
-    if constexpr (decltype(F)::value != Format::MXFP4) row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
+    if constexpr (!grouped_acts(decltype(F)::value, Impl::Avx512)) row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
   });
 }
 

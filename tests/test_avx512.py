@@ -41,7 +41,8 @@ INTRINSIC = re.compile(r"\b(_mm512_\w+|_mm256_maskz?_\w+|_mm_maskz?_\w+|__m512[i
 
 # What the Debian version of SIMDe lacks, lane by lane as the instruction
 # does it (vcvtdq2ps: each int32 to the nearest float, ties to even, as C's
-# conversion rounds; a masked byte load reads only the bytes its mask sets).
+# conversion rounds; a masked byte load reads only the bytes its mask sets;
+# vcvtph2ps: each fp16 to its float, exactly).
 MISSING = """
 #if !defined(simde_mm512_cvtepi32_ps)
 static inline simde__m512 simde_mm512_cvtepi32_ps(simde__m512i a) {
@@ -58,6 +59,14 @@ static inline simde__m512i simde_mm512_maskz_loadu_epi8(simde__mmask64 k, const 
   return simde__m512i_from_private(r_);
 }
 #endif
+#if !defined(simde_mm512_cvtph_ps)
+static inline simde__m512 simde_mm512_cvtph_ps(simde__m256i a) {
+  simde__m256i_private a_ = simde__m256i_to_private(a);
+  simde__m512_private r_;
+  for (int i = 0; i < 16; ++i) r_.f32[i] = simde_float16_to_float32(simde_uint16_as_float16(a_.u16[i]));
+  return simde__m512_from_private(r_);
+}
+#endif
 """
 
 
@@ -66,7 +75,7 @@ def emulation_header(out: Path) -> Path:
     miss or misname a few in the Debian version)."""
     names = sorted(set(INTRINSIC.findall((CSRC / "rows_avx512.cpp").read_text())))
     assert "_mm512_madd_epi16" in names and "__m512i" in names
-    lines = ["#pragma once", "#include <simde/x86/avx512.h>", MISSING]
+    lines = ["#pragma once", "#include <simde/x86/avx512.h>", "#include <simde/simde-f16.h>", MISSING]
     lines += [f"#undef {n}\n#define {n} simde{n}" for n in names]
     path = out / "avx512_emulated.h"
     path.write_text("\n".join(lines) + "\n")
