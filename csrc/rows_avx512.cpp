@@ -259,7 +259,8 @@ struct GroupActs {
 // the stack.)
 template <Format F, int R, int TT>
 AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const GroupActs& a, const Mxfp4Consts& c,
-                              __m512 acc[R][TT]) {
+                              __m512 (&acc0)[TT], __m512 (&acc1)[TT]) {   // rows 0 and 1 (R = 1: acc1 unused)
+  __m512(*acc[2])[TT] = {&acc0, &acc1};
   static_assert(F == Format::MXFP4 || F == Format::Q8_0);
   __m512i w[R][4], ew[R];
   __m512 dw[R];
@@ -278,12 +279,12 @@ AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const Gr
           each4, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.e + 4 * t))));
       for (int r = 0; r < R; ++r) {
         const __m512 x = _mm512_scalef_ps(group_sums(w[r], av, c.zero), _mm512_cvtepi32_ps(_mm512_add_epi32(ew[r], et)));
-        acc[r][t] = _mm512_add_ps(acc[r][t], x);
+        (*acc[r])[t] = _mm512_add_ps((*acc[r])[t], x);
       }
     } else {
       const __m512 dt = _mm512_permutexvar_ps(each4, _mm512_castps128_ps512(_mm_loadu_ps(a.d + 4 * t)));
       for (int r = 0; r < R; ++r)
-        acc[r][t] = _mm512_fmadd_ps(group_sums(w[r], av, c.zero), _mm512_mul_ps(dw[r], dt), acc[r][t]);
+        (*acc[r])[t] = _mm512_fmadd_ps(group_sums(w[r], av, c.zero), _mm512_mul_ps(dw[r], dt), (*acc[r])[t]);
     }
   }
 }
@@ -305,15 +306,15 @@ AVX512 inline void row_grouped(const uint8_t* row, size_t n_chunks, GroupActs a,
       for (size_t b = 0; b < 2 * gb; b += 64) __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
     const uint8_t* first[1] = {blk};
     const uint8_t* second[1] = {blk + gb};
-    group_rows<F, 1, TT>(first, 4, a, c, &acc0);
-    group_rows<F, 1, TT>(second, 4, a.at(1, tile), c, &acc1);
+    group_rows<F, 1, TT>(first, 4, a, c, acc0, acc0);
+    group_rows<F, 1, TT>(second, 4, a.at(1, tile), c, acc1, acc1);
   }
   if (g < n_chunks) {   // one or two groups left, the last maybe short
     const int blocks = int(std::min<size_t>(4, n_chunks - g));
     const uint8_t* first[1] = {blk};
     const uint8_t* second[1] = {blk + gb};
-    group_rows<F, 1, TT>(first, blocks, a, c, &acc0);
-    if (g + 4 < n_chunks) group_rows<F, 1, TT>(second, int(n_chunks - g - 4), a.at(1, tile), c, &acc1);
+    group_rows<F, 1, TT>(first, blocks, a, c, acc0, acc0);
+    if (g + 4 < n_chunks) group_rows<F, 1, TT>(second, int(n_chunks - g - 4), a.at(1, tile), c, acc1, acc1);
   }
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc0[t], acc1[t]));
@@ -327,26 +328,32 @@ AVX512 inline void row_grouped(const uint8_t* row, size_t n_chunks, GroupActs a,
 // activations (46 KB of int16 for 8 tokens of a 2880-wide row) are read
 // once for both rows.
 template <Format F, int TT>
-AVX512 inline void row_pair_grouped(const uint8_t* const rows[2], size_t n_chunks, const GroupActs& a, size_t tile,
-                                    float out[2][kTokenTile]) {
+AVX512 inline void pair_pass(const uint8_t* const rows[2], size_t n_chunks, const GroupActs& a, size_t tile,
+                             size_t parity, __m512 (&sums)[2][TT]) {
   constexpr size_t gb = 4 * block_bytes(F);
   const Mxfp4Consts c = mxfp4_consts();
-  alignas(64) __m512 even[2][TT];
-  __m512 acc[2][TT];
-  for (size_t parity = 0; parity < 2; ++parity) {
-    for (int r = 0; r < 2; ++r) {
-      GD_EACH_TOKEN
-      for (int t = 0; t < TT; ++t) acc[r][t] = _mm512_setzero_ps();
-    }
-    for (size_t g = 4 * parity; g < n_chunks; g += 8) {
-      const uint8_t* blks[2] = {rows[0] + g / 4 * gb, rows[1] + g / 4 * gb};
-      group_rows<F, 2, TT>(blks, int(std::min<size_t>(4, n_chunks - g)), a.at(g / 4, tile), c, acc);
-    }
-    if (parity == 0) std::memcpy(even, acc, sizeof acc);
+  // (two named arrays: one two-row array, or a memcpy of it, kept it in
+  // memory, a store after every add)
+  __m512 acc0[TT], acc1[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  for (size_t g = 4 * parity; g < n_chunks; g += 8) {
+    const uint8_t* blks[2] = {rows[0] + g / 4 * gb, rows[1] + g / 4 * gb};
+    group_rows<F, 2, TT>(blks, int(std::min<size_t>(4, n_chunks - g)), a.at(g / 4, tile), c, acc0, acc1);
   }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) sums[0][t] = acc0[t], sums[1][t] = acc1[t];
+}
+
+template <Format F, int TT>
+AVX512 inline void row_pair_grouped(const uint8_t* const rows[2], size_t n_chunks, const GroupActs& a, size_t tile,
+                                    float out[2][kTokenTile]) {
+  __m512 even[2][TT], odd[2][TT];
+  pair_pass<F, TT>(rows, n_chunks, a, tile, 0, even);
+  pair_pass<F, TT>(rows, n_chunks, a, tile, 1, odd);
   for (int r = 0; r < 2; ++r) {
     GD_EACH_TOKEN
-    for (int t = 0; t < TT; ++t) out[r][t] = hsum16(_mm512_add_ps(even[r][t], acc[r][t]));
+    for (int t = 0; t < TT; ++t) out[r][t] = hsum16(_mm512_add_ps(even[r][t], odd[r][t]));
   }
 }
 
