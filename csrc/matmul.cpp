@@ -163,8 +163,8 @@ void quantize_acts_i16(const float* X, size_t ldx, size_t T, size_t K, int16_t* 
 #endif
         quantize_block_generic(x, out, k, even_odd);
       if (grouped)
-        for (size_t r = 0; r < kGroup; ++r)
-          for (size_t w = 0; w < 8; ++w) q[(run + r) * kBlock + (b % kGroup) * 8 + w] = block[grouped_slot(r, w)];
+        for (size_t v = 0; v < 8; ++v)
+          for (size_t i = 0; i < 4; ++i) q[(run + v) * kBlock + (b % kGroup) * 4 + i] = block[grouped_slot(v, i)];
     }
   }
 }

@@ -42,19 +42,23 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
 }
 
 // Whether they are grouped instead: MXFP4 and Q8_0 on AVX-512, whose
-// kernels take four blocks per vector (rows_avx512.cpp's row_grouped). Blocks in groups of
-// four (the row's last group padded with zero blocks), each tile's groups
-// one after another, a group holding its 128 activations per token: run r
-// of eight (activations grouped_slot(r, 0..7), r = 0..3) of each of its four
-// blocks in turn, at q[(i + r) * 32 + k * 8 ..] for block k of the group,
-// with i = grouped_block(t, 4 g, ..); block k's scale at d[i + k], e[i + k].
+// kernels take eight blocks per vector, four activations of each
+// (rows_avx512.cpp's row_grouped). Blocks in groups of eight (the row's
+// last group padded with zero blocks), each tile's groups one after
+// another, a group holding its 256 activations per token: run v of four
+// (activations grouped_slot(v, 0..3), v = 0..7) of each of its eight
+// blocks in turn, at q[(i + v) * 32 + p * 4 ..] for block p of the group,
+// with i = grouped_block(t, 8 g, ..); block p's scale at d[i + p], e[i + p].
 constexpr bool grouped_acts(Format f, Impl impl) {
   return (f == Format::MXFP4 || f == Format::Q8_0) && impl == Impl::Avx512;
 }
-constexpr size_t kGroup = 4;
-// Word w of run r: the block's even activations 0..14, its odd ones 1..15,
-// then 16..30 and 17..31 (the order the kernel widens the codes in).
-constexpr size_t grouped_slot(size_t r, size_t w) { return 2 * w + (r & 1) + 16 * (r >> 1); }
+constexpr size_t kGroup = 8;
+// Word i of run v: the block's activations 0, 2, 4, 6, then 1, 3, 5, 7,
+// 16..22 even, 17..23 odd, 8..14 even, 9..15 odd, 24..30 even, 25..31 odd
+// (the order the kernels widen the codes in: a vpdpwssd lane pairs words
+// 0 and 1 or 2 and 3, so each block's products split over two lanes,
+// activations 0..3, 8..11, 16..19, 24..27 in the first).
+constexpr size_t grouped_slot(size_t v, size_t i) { return 2 * i + (v & 1) + 16 * ((v >> 1) & 1) + 8 * (v >> 2); }
 inline size_t grouped_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
 
 // Activations in the form a product with weights of format f reads: fp32 as

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "formats.h"
+#include "matmul.h"   // (kGroup)
 
 namespace gd {
 
@@ -38,13 +39,13 @@ inline size_t act_block(size_t t, size_t b, size_t T, size_t nb) {
   return t0 * nb + b * tt + (t - t0);
 }
 
-// Where group block b (a multiple of 4) of token t sits in the grouped I16
-// form (ActView::grouped, in blocks; nbp: the blocks per row, padded to
-// whole groups): tiles as act_block's, a tile's groups one after another,
-// each holding four blocks of each of the tile's tokens.
+// Where group block b (a multiple of kGroup) of token t sits in the
+// grouped I16 form (ActView::grouped, in blocks; nbp: the blocks per row,
+// padded to whole groups): tiles as act_block's, a tile's groups one after
+// another, each holding kGroup blocks of each of the tile's tokens.
 inline size_t grouped_block(size_t t, size_t b, size_t T, size_t nbp) {
   const size_t t0 = t - t % kTokenTile, tt = std::min(kTokenTile, T - t0);
-  return t0 * nbp + b * tt + (t - t0) * 4;
+  return t0 * nbp + b * tt + (t - t0) * kGroup;
 }
 
 // The I16 activations of a product: q (int16 codes, 32 per block), d (each

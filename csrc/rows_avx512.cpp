@@ -1,7 +1,7 @@
 // The int16 row products in AVX-512 (F, BW, VL, VNNI, VBMI: Ice Lake and
 // later Xeons, AMD Zen 4 and 5): a chunk's 32 weight codes are one register
 // of 32 int16, its 32 activations another, and one vpmaddwd makes the
-// chunk's 16 exact pair sums; MXFP4 and Q8_0 take four blocks per
+// chunk's 16 exact pair sums; MXFP4 and Q8_0 take eight blocks per
 // register and vpdpwssd (row_grouped below). The plain-float rows (fp32
 // activations) are AVX2's (rows_avx2.cpp): they are not this path's hot
 // kernels. See rows.h for the contract.
@@ -12,8 +12,8 @@
 // 8..15 by the second) and added into lane l of one of the token's two
 // accumulators, even chunks into the first, odd ones into the second; at
 // the row's end the two are added, their 16 lanes summed by one fixed
-// reduction and the minimums' terms added (MXFP4 and Q8_0: lane l of block
-// k holds eight products' exact sum, see group_rows). A token's sums are formed the
+// reduction and the minimums' terms added (MXFP4 and Q8_0: one accumulator
+// per token, each block's products in two lanes, see mxfp4_group). A token's sums are formed the
 // same way alone or in a tile (batch invariance), within the int16 bound of
 // the reference, but not its bits: the reference sums a chunk before
 // scaling it.
@@ -117,39 +117,39 @@ AVX512 inline float hsum16(__m512 v) {
   return _mm_cvtss_f32(q);
 }
 
-// MXFP4, four blocks per vector (the activations grouped: ActView's grouped
-// form). A group's 64 code bytes, one block per 128-bit lane (vpermt2b from
-// the group's 68 bytes), their low and high nibbles looked up as int8
-// values (vpermb) and made int16 times 256 by a shift or a mask (lane k of
-// the four vectors holds block k's even values 0..14, odd 1..15, even
-// 16..30, odd 17..31: grouped_slot's order), four vpdpwssd per token into
-// one int32 vector: lane l of block k the exact sum of eight of its
-// products (|sum| < 2^30). Then one conversion (exact: 256 times an integer
-// below 2^22) and the group's four
-// scales at once: vscalefps by e + ActView::e (kMxfp4Scale's exponent: the
-// grouped form's e holds kGroupedScaleBias - k; the scale bytes picked from
-// the group by one vpermb), the
-// result added into one of the token's two accumulators (even groups, odd
-// groups). Per block and token that is one multiply-add instruction where
-// the block-per-vector loop spent a vpmaddwd, a vpermw and an FMA, the
-// three sharing two ports (AMD EPYC Zen 5: measured). Needs AVX-512 VNNI
+// MXFP4, eight blocks per vector (the activations grouped: ActView's grouped
+// form). A group's 136 bytes by four loads; code bytes 0..7 of each block
+// into its 64-bit lane by one vpermt2b, bytes 8..15 by another (the same
+// index, from the loads 8 bytes on); their low and high nibbles looked up
+// as int8 values (vpermb) and made int16 times 256 by a shift or a mask
+// (lane p of the eight vectors holds four of block p's values:
+// grouped_slot's order), eight vpdpwssd per token into one int32 vector:
+// each block's products split over two lanes, sixteen in each (|sum| <
+// 2^31: 16 x 12 x 256 x 32767). Then one conversion (exact: 256 times an
+// integer below 2^23) and the group's eight scales at once: vscalefps by
+// e + ActView::e (kMxfp4Scale's exponent: the grouped form's e holds
+// kGroupedScaleBias - k; the scale bytes picked from the loads by a third
+// vpermt2b), the result added into one of the token's two accumulators
+// (even groups, odd groups). Per block and token that is one multiply-add
+// instruction and an eighth of a scale step (four blocks per vector had
+// spent a quarter: one token 1.18-1.30x on AMD Zen 4). Needs AVX-512 VNNI
 // and VBMI, which cpu_has_avx512 asks for.
 struct Mxfp4Consts {
-  __m512i pick, scales, table, zero;
+  __m512i pick, scales, table;
 };
 
-// Block k's codes from the group's first load (bytes 17k + 1 ..) or, for
-// block 3, the second (which starts 4 bytes on: bytes 64 + 48 ..); the
-// scale bytes (17k: only each dword's low byte is kept).
+// Block p's code bytes 0..7 (from the group's first two loads, bytes 17p +
+// 1 ..; bytes 8..15 from the two loads 8 bytes on, at the same index) and
+// its scale byte (17p, into the low byte of its two dwords).
 struct Mxfp4Picks {
   alignas(64) uint8_t pick[64], scales[64];
 };
 constexpr Mxfp4Picks mxfp4_picks() {
   Mxfp4Picks p{};
-  for (int k = 0; k < 4; ++k)
-    for (int j = 0; j < 16; ++j) {
-      p.pick[16 * k + j] = uint8_t(k < 3 ? 17 * k + 1 + j : 64 + 48 + j);
-      p.scales[16 * k + j] = uint8_t(17 * k);
+  for (int b = 0; b < 8; ++b)
+    for (int j = 0; j < 8; ++j) {
+      p.pick[8 * b + j] = uint8_t(17 * b + 1 + j);
+      p.scales[8 * b + j] = uint8_t(17 * b);
     }
   return p;
 }
@@ -157,100 +157,117 @@ static constexpr Mxfp4Picks kMxfp4Picks = mxfp4_picks();
 
 AVX512 inline Mxfp4Consts mxfp4_consts() {
   return {_mm512_load_si512(kMxfp4Picks.pick), _mm512_load_si512(kMxfp4Picks.scales),
-          _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_values256())), _mm512_setzero_si512()};
+          _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_values256()))};
 }
-
-// A group's four blocks' int16 values (w[0..3]) and scale bytes e (each
-// block's in its four lanes), from its 68 bytes; a tail group of
-// `blocks` < 4 reads only its own bytes (the rest as zeros: zero codes).
-AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i w[4], __m512i& ew) {
-  __m512i a, b;
-  if (blocks == 4) {
-    a = _mm512_loadu_si512(blk), b = _mm512_loadu_si512(blk + 4);
-  } else {   // masked loads (a copy to a zeroed buffer stalled the loads on the stores: 0.87x)
-    const int n = 17 * blocks;
-    a = _mm512_maskz_loadu_epi8(~__mmask64(0) >> (64 - n), blk);
-    b = _mm512_maskz_loadu_epi8(~__mmask64(0) >> (64 - (n - 4)), blk + 4);
-  }
-  const __m512i q = _mm512_permutex2var_epi8(a, c.pick, b);
-  // vpermb reads an index's low six bits and the table holds the 16 values
-  // four times: each byte's low nibble, and after the word shift its high
-  // one, pick their values without masking off the bits above
-  const __m512i lo = _mm512_permutexvar_epi8(q, c.table);
-  const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(q, 4), c.table);
-  // each word's values as int16 times 256: its low byte's shifted up, its
-  // high byte's with the low byte cleared (shifts and masks, where
-  // interleaving with zeros took four shuffles)
-  const __m512i high = _mm512_set1_epi16(int16_t(0xFF00));
-  w[0] = _mm512_slli_epi16(lo, 8), w[1] = _mm512_and_si512(lo, high);
-  w[2] = _mm512_slli_epi16(hi, 8), w[3] = _mm512_and_si512(hi, high);
-  ew = _mm512_maskz_permutexvar_epi8(0x1111111111111111ULL, c.scales, a);
-}
-
-// Q8_0 in the same grouped form: a group's four 34-byte blocks (136 bytes)
-// from four loads, codes 0..15 of each block into its 128-bit lane by one
-// vpermt2b and codes 16..31 by another, each byte widened to int16 in place
-// (even bytes by two shifts, odd ones by one: the grouped_slot order), and
-// the four fp16 scales, each in its block's four lanes, by a third vpermt2b
-// and one conversion. Lane l of block k then sums eight products exactly
-// (|sum| < 2^25, so the conversion rounds only sums beyond 2^24), as
-// MXFP4's; the activations are MXFP4's grouped form.
-struct Q8Picks {
-  alignas(64) uint8_t lo[64], hi[64], scales[64];
-};
-constexpr Q8Picks q8_picks() {
-  Q8Picks p{};
-  for (int k = 0; k < 4; ++k)
-    for (int j = 0; j < 16; ++j) {
-      // lo: byte b of the loads from 0 and 64 at index b; hi: of those from 8 and 72 at b - 8
-      p.lo[16 * k + j] = uint8_t(34 * k + 2 + j);
-      p.hi[16 * k + j] = uint8_t(34 * k + 10 + j);
-    }
-  for (int l = 0; l < 16; ++l) {   // word l: block l / 4's scale (bytes 34k, 34k + 1)
-    p.scales[2 * l] = uint8_t(34 * (l / 4));
-    p.scales[2 * l + 1] = uint8_t(34 * (l / 4) + 1);
-  }
-  return p;
-}
-static constexpr Q8Picks kQ8Picks = q8_picks();
 
 AVX512 inline __m512i load_bytes(const uint8_t* p, int n) {   // n of the 64 bytes (the rest zeros)
   if (n >= 64) return _mm512_loadu_si512(p);
   return n > 0 ? _mm512_maskz_loadu_epi8(~__mmask64(0) >> (64 - n), p) : _mm512_setzero_si512();
 }
 
-AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[4], __m512& dw) {
+// A group's eight blocks' int16 values (w[0..7]) and scale bytes e (each
+// block's in its two lanes); a tail group of `blocks` < 8 reads only its
+// own bytes (the rest as zeros: zero codes), by masked loads (a copy into a
+// zeroed buffer stalled the loads on its stores: 0.87x).
+AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i w[8], __m512i& ew) {
+  const int n = 17 * blocks;
+  const __m512i a = load_bytes(blk, n), b = load_bytes(blk + 64, n - 64);
+  const __m512i a8 = load_bytes(blk + 8, n - 8), b8 = load_bytes(blk + 72, n - 72);
+  const __m512i q0 = _mm512_permutex2var_epi8(a, c.pick, b), q1 = _mm512_permutex2var_epi8(a8, c.pick, b8);
+  // vpermb reads an index's low six bits and the table holds the 16 values
+  // four times: each byte's low nibble, and after the word shift its high
+  // one, pick their values without masking off the bits above
+  const __m512i high = _mm512_set1_epi16(int16_t(0xFF00));
+  const __m512i q[2] = {q0, q1};
+  for (int h = 0; h < 2; ++h) {
+    const __m512i lo = _mm512_permutexvar_epi8(q[h], c.table);
+    const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(q[h], 4), c.table);
+    // each word's values as int16 times 256: its low byte's shifted up, its
+    // high byte's with the low byte cleared (shifts and masks, where
+    // interleaving with zeros took four shuffles)
+    w[4 * h] = _mm512_slli_epi16(lo, 8), w[4 * h + 1] = _mm512_and_si512(lo, high);
+    w[4 * h + 2] = _mm512_slli_epi16(hi, 8), w[4 * h + 3] = _mm512_and_si512(hi, high);
+  }
+  ew = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, a, c.scales, b);
+}
+
+// Q8_0 in the same grouped form: each half group's four 34-byte blocks
+// from four loads, codes 0..7 and 8..15 of each block by one vpermt2b,
+// codes 16..23 and 24..31 by another (from the loads 16 bytes on), the halves' 256-bit parts joined
+// (vshufi64x2) into four vectors of eight code bytes per block, each byte
+// widened to int16 in place (even bytes by two shifts, odd ones by one: the
+// grouped_slot order), and the eight fp16 scales, each in its block's two
+// lanes, by two more vpermt2b, a blend and one conversion. Lane l then sums
+// sixteen products exactly (|sum| < 2^26, so the conversion rounds only
+// sums beyond 2^24), as MXFP4's; the activations are MXFP4's grouped form.
+struct Q8Picks {
+  alignas(64) uint8_t codes[64], scales[64];
+};
+constexpr Q8Picks q8_picks() {
+  Q8Picks p{};
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 8; ++j) {
+      // from the loads at 0 and 64: codes 0..7 of block k into qword k, 8..15
+      // into qword 4 + k; from those at 16 and 80, the same index picks codes
+      // 16..23 and 24..31
+      p.codes[8 * k + j] = uint8_t(34 * k + 2 + j);
+      p.codes[32 + 8 * k + j] = uint8_t(34 * k + 10 + j);
+    }
+  for (int l = 0; l < 16; ++l) {   // word l: block l / 2's scale (bytes 34k, 34k + 1 of its half)
+    const int k = (l / 2) % 4;
+    p.scales[2 * l] = uint8_t(34 * k);
+    p.scales[2 * l + 1] = uint8_t(34 * k + 1);
+  }
+  return p;
+}
+static constexpr Q8Picks kQ8Picks = q8_picks();
+
+AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512& dw) {
   const int n = 34 * blocks;
-  const __m512i l0 = load_bytes(blk, n), l1 = load_bytes(blk + 64, n - 64);
-  const __m512i m0 = load_bytes(blk + 8, n - 8), m1 = load_bytes(blk + 72, n - 72);
-  const __m512i lo = _mm512_permutex2var_epi8(l0, _mm512_load_si512(kQ8Picks.lo), l1);
-  const __m512i hi = _mm512_permutex2var_epi8(m0, _mm512_load_si512(kQ8Picks.hi), m1);
-  w[0] = _mm512_srai_epi16(_mm512_slli_epi16(lo, 8), 8), w[1] = _mm512_srai_epi16(lo, 8);
-  w[2] = _mm512_srai_epi16(_mm512_slli_epi16(hi, 8), 8), w[3] = _mm512_srai_epi16(hi, 8);
-  const __m512i h = _mm512_permutex2var_epi8(l0, _mm512_load_si512(kQ8Picks.scales), l1);
+  const __m512i pick = _mm512_load_si512(kQ8Picks.codes);
+  __m512i lo[2], hi[2], sc[2];   // per half: codes 0..15, 16..31 (qword k: 0..7 or 16..23; 4 + k: 8..15 or 24..31)
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* p = blk + 136 * h;
+    const int m = n - 136 * h;
+    const __m512i l0 = load_bytes(p, m), l1 = load_bytes(p + 64, m - 64);
+    const __m512i m0 = load_bytes(p + 16, m - 16), m1 = load_bytes(p + 80, m - 80);
+    lo[h] = _mm512_permutex2var_epi8(l0, pick, l1);
+    hi[h] = _mm512_permutex2var_epi8(m0, pick, m1);
+    sc[h] = _mm512_permutex2var_epi8(l0, _mm512_load_si512(kQ8Picks.scales), l1);
+  }
+  // vectors of codes 0..7, 8..15, 16..23, 24..31: qword p block p's
+  const __m512i q[4] = {_mm512_shuffle_i64x2(lo[0], lo[1], 0x44), _mm512_shuffle_i64x2(lo[0], lo[1], 0xEE),
+                        _mm512_shuffle_i64x2(hi[0], hi[1], 0x44), _mm512_shuffle_i64x2(hi[0], hi[1], 0xEE)};
+  constexpr int run[4] = {0, 4, 2, 6};   // grouped_slot's runs: codes 0..7 runs 0, 1; 8..15 runs 4, 5; ...
+  for (int j = 0; j < 4; ++j) {
+    w[run[j]] = _mm512_srai_epi16(_mm512_slli_epi16(q[j], 8), 8);
+    w[run[j] + 1] = _mm512_srai_epi16(q[j], 8);
+  }
+  // words 0..7 of the first half's, 8..15 of the second's (blocks 4..7)
+  const __m512i h = _mm512_mask_blend_epi16(0xFF00, sc[0], sc[1]);
   dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
 }
 
-// A group's four vpdpwssd for one row and token, converted (exact below 2^24).
-AVX512 inline __m512 group_sums(const __m512i w[4], const __m512i av[4], __m512i zero) {
-  __m512i s = _mm512_dpwssd_epi32(zero, w[0], av[0]);
-  s = _mm512_dpwssd_epi32(s, w[1], av[1]);
-  s = _mm512_dpwssd_epi32(s, w[2], av[2]);
-  return _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(s, w[3], av[3]));
+// A group's eight vpdpwssd for one row and token (the first a vpmaddwd: the
+// same sums), converted.
+AVX512 inline __m512 group_sums(const __m512i w[8], const int16_t* q) {
+  __m512i s = _mm512_madd_epi16(w[0], _mm512_loadu_si512(q));
+  for (int v = 1; v < 8; ++v) s = _mm512_dpwssd_epi32(s, w[v], _mm512_loadu_si512(q + 32 * v));
+  return _mm512_cvtepi32_ps(s);
 }
 
-// A tile's grouped activations from one group on (q: 128 int16 per token,
-// e, d: four blocks' scales per token).
+// A tile's grouped activations from one group on (q: 256 int16 per token,
+// e, d: eight blocks' scales per token).
 struct GroupActs {
   const int16_t* q;
   const int32_t* e;
   const float* d;
   GroupActs at(size_t groups, size_t tile) const {
-    return {q + 128 * groups * tile, e + 4 * groups * tile, d + 4 * groups * tile};
+    return {q + 32 * kGroup * groups * tile, e + kGroup * groups * tile, d + kGroup * groups * tile};
   }
 };
 
-// One group (blocks of it: 4, or fewer for a row's last) of R rows (1 or 2)
+// One group (blocks of it: 8, or fewer for a row's last) of R rows (1 or 2)
 // against TT tokens, into their accumulators: the group's activations
 // loaded once for both rows. MXFP4 scales a token's sums by vscalefps
 // (mxfp4_group); Q8_0 multiplies the weights' fp16 scales by the
@@ -262,99 +279,73 @@ AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const Gr
                               __m512 (&acc0)[TT], __m512 (&acc1)[TT]) {   // rows 0 and 1 (R = 1: acc1 unused)
   __m512(*acc[2])[TT] = {&acc0, &acc1};
   static_assert(F == Format::MXFP4 || F == Format::Q8_0);
-  __m512i w[R][4], ew[R];
+  __m512i w[R][8], ew[R];
   __m512 dw[R];
   for (int r = 0; r < R; ++r) {
     if constexpr (F == Format::MXFP4) mxfp4_group(blks[r], blocks, c, w[r], ew[r]);
     else q8_group(blks[r], blocks, w[r], dw[r]);
   }
-  const __m512i each4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
-    const int16_t* qt = a.q + 128 * t;
-    const __m512i av[4] = {_mm512_loadu_si512(qt), _mm512_loadu_si512(qt + 32), _mm512_loadu_si512(qt + 64),
-                           _mm512_loadu_si512(qt + 96)};
+    const int16_t* qt = a.q + 32 * kGroup * t;
     if constexpr (F == Format::MXFP4) {
       const __m512i et = _mm512_permutexvar_epi32(
-          each4, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.e + 4 * t))));
+          each2, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.e + kGroup * t))));
       for (int r = 0; r < R; ++r) {
-        const __m512 x = _mm512_scalef_ps(group_sums(w[r], av, c.zero), _mm512_cvtepi32_ps(_mm512_add_epi32(ew[r], et)));
+        const __m512 x = _mm512_scalef_ps(group_sums(w[r], qt), _mm512_cvtepi32_ps(_mm512_add_epi32(ew[r], et)));
         (*acc[r])[t] = _mm512_add_ps((*acc[r])[t], x);
       }
     } else {
-      const __m512 dt = _mm512_permutexvar_ps(each4, _mm512_castps128_ps512(_mm_loadu_ps(a.d + 4 * t)));
+      const __m512 dt = _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(a.d + kGroup * t)));
       for (int r = 0; r < R; ++r)
-        (*acc[r])[t] = _mm512_fmadd_ps(group_sums(w[r], av, c.zero), _mm512_mul_ps(dw[r], dt), (*acc[r])[t]);
+        (*acc[r])[t] = _mm512_fmadd_ps(group_sums(w[r], qt), _mm512_mul_ps(dw[r], dt), (*acc[r])[t]);
     }
   }
 }
 
 // One row against TT tokens (a: the tile's grouped activations from the
-// row's first group on): a token's even groups into one accumulator, its
-// odd ones into another, added at the row's end, whatever the tile.
+// row's first group on): one accumulator per token, whatever the tile (two,
+// for even and odd groups, measured 0.92x at one token: the group's eight
+// chained vpdpwssd, not the adds, set the pace).
 template <Format F, int TT>
 AVX512 inline void row_grouped(const uint8_t* row, size_t n_chunks, GroupActs a, size_t tile, float* out) {
-  constexpr size_t gb = 4 * block_bytes(F);   // a group's bytes
+  constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
   const Mxfp4Consts c = mxfp4_consts();
-  __m512 acc0[TT], acc1[TT];
+  __m512 acc[TT];
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
-  const uint8_t* blk = row;
-  size_t g = 0;
-  for (; g + 8 <= n_chunks; g += 8, blk += 2 * gb, a = a.at(2, tile)) {
-    if constexpr (TT <= 2)   // decode streams the row: two groups a pass
-      for (size_t b = 0; b < 2 * gb; b += 64) __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
-    const uint8_t* first[1] = {blk};
-    const uint8_t* second[1] = {blk + gb};
-    group_rows<F, 1, TT>(first, 4, a, c, acc0, acc0);
-    group_rows<F, 1, TT>(second, 4, a.at(1, tile), c, acc1, acc1);
-  }
-  if (g < n_chunks) {   // one or two groups left, the last maybe short
-    const int blocks = int(std::min<size_t>(4, n_chunks - g));
-    const uint8_t* first[1] = {blk};
-    const uint8_t* second[1] = {blk + gb};
-    group_rows<F, 1, TT>(first, blocks, a, c, acc0, acc0);
-    if (g + 4 < n_chunks) group_rows<F, 1, TT>(second, int(n_chunks - g - 4), a.at(1, tile), c, acc1, acc1);
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t g = 0; g < n_chunks; g += kGroup, row += gb, a = a.at(1, tile)) {
+    if constexpr (TT <= 2)   // decode streams the row
+      for (size_t b = 0; b < gb; b += 64) __builtin_prefetch(row + kPrefetchAhead + b, 0, 3);
+    const uint8_t* blks[1] = {row};
+    group_rows<F, 1, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc, acc);
   }
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) out[t] = hsum16(_mm512_add_ps(acc0[t], acc1[t]));
+  for (int t = 0; t < TT; ++t) out[t] = hsum16(acc[t]);
 }
 
 // Two rows against TT tokens at once, the same sums as row_grouped's for
-// each (its even groups' accumulator, then its odd groups', added at the
-// end): the even groups in one pass, the odd ones in a second, so that two
-// rows' accumulators fit the registers. Where a product reads its rows
-// again for several tiles (they are in the L2 then), each tile's
-// activations (46 KB of int16 for 8 tokens of a 2880-wide row) are read
-// once for both rows.
+// each: the group's activations loaded once for both rows. Where a product
+// reads its rows again for several tiles (they are in the L2 then), each
+// tile's activations (46 KB of int16 for 8 tokens of a 2880-wide row) are
+// read once for both rows.
 template <Format F, int TT>
-AVX512 inline void pair_pass(const uint8_t* const rows[2], size_t n_chunks, const GroupActs& a, size_t tile,
-                             size_t parity, __m512 (&sums)[2][TT]) {
-  constexpr size_t gb = 4 * block_bytes(F);
+AVX512 inline void row_pair_grouped(const uint8_t* const rows[2], size_t n_chunks, GroupActs a, size_t tile,
+                                    float out[2][kTokenTile]) {
+  constexpr size_t gb = kGroup * block_bytes(F);
   const Mxfp4Consts c = mxfp4_consts();
   // (two named arrays: one two-row array, or a memcpy of it, kept it in
   // memory, a store after every add)
   __m512 acc0[TT], acc1[TT];
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
-  for (size_t g = 4 * parity; g < n_chunks; g += 8) {
-    const uint8_t* blks[2] = {rows[0] + g / 4 * gb, rows[1] + g / 4 * gb};
-    group_rows<F, 2, TT>(blks, int(std::min<size_t>(4, n_chunks - g)), a.at(g / 4, tile), c, acc0, acc1);
+  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a = a.at(1, tile)) {
+    const uint8_t* blks[2] = {rows[0] + off, rows[1] + off};
+    group_rows<F, 2, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc0, acc1);
   }
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) sums[0][t] = acc0[t], sums[1][t] = acc1[t];
-}
-
-template <Format F, int TT>
-AVX512 inline void row_pair_grouped(const uint8_t* const rows[2], size_t n_chunks, const GroupActs& a, size_t tile,
-                                    float out[2][kTokenTile]) {
-  __m512 even[2][TT], odd[2][TT];
-  pair_pass<F, TT>(rows, n_chunks, a, tile, 0, even);
-  pair_pass<F, TT>(rows, n_chunks, a, tile, 1, odd);
-  for (int r = 0; r < 2; ++r) {
-    GD_EACH_TOKEN
-    for (int t = 0; t < TT; ++t) out[r][t] = hsum16(_mm512_add_ps(even[r][t], odd[r][t]));
-  }
+  for (int t = 0; t < TT; ++t) out[0][t] = hsum16(acc0[t]), out[1][t] = hsum16(acc1[t]);
 }
 
 // One row against TT tokens, two accumulators per token whatever the tile
@@ -436,11 +427,12 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
                      float* Y, size_t ldy, const float* bias) {
   if (grouped_acts(f, Impl::Avx512)) {   // MXFP4 and Q8_0: grouped activations (ActView::grouped)
     const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
-    // Two rows at a time where several tiles read the rows (see
-    // row_pair_grouped); a product of fewer tokens streams its rows from
-    // memory once, and two interleaved streams prefetched worse (MXFP4: one
-    // token 0.82x; 8 tokens 0.78x with one accumulator per token).
-    const size_t pair = T >= 2 * kTokenTile ? 2 : 1;
+    // Two rows at a time from 4 tokens on (see row_pair_grouped: with eight
+    // blocks per group one row's weights fill eight registers, and one row
+    // against 8 tokens measured 0.70x of a pair on AMD Zen 4); one or two
+    // tokens stream their rows from memory once, where two interleaved
+    // streams had prefetched worse (MXFP4 four blocks per group: 0.82x).
+    const size_t pair = T >= 4 ? 2 : 1;
     float out[2][kTokenTile];
     for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const size_t tt = std::min(kTokenTile, T - t0);
