@@ -129,11 +129,10 @@ AVX512 inline float hsum16(__m512 v) {
 // integer below 2^23) and the group's eight scales at once: vscalefps by
 // e + ActView::e (kMxfp4Scale's exponent: the grouped form's e holds
 // kGroupedScaleBias - k; the scale bytes picked from the loads by a third
-// vpermt2b), the result added into one of the token's two accumulators
-// (even groups, odd groups). Per block and token that is one multiply-add
-// instruction and an eighth of a scale step (four blocks per vector had
-// spent a quarter: one token 1.19x on AMD Zen 4, in the L3). Needs AVX-512 VNNI
-// and VBMI, which cpu_has_avx512 asks for.
+// vpermt2b), the result added into the token's accumulator. Per block and
+// token that is one multiply-add instruction and an eighth of a scale step
+// (four blocks per vector had spent a quarter: one token 1.19x on AMD Zen 4,
+// in the L3). Needs AVX-512 VNNI and VBMI, which cpu_has_avx512 asks for.
 struct Mxfp4Consts {
   __m512i pick, scales, table;
 };
@@ -195,10 +194,10 @@ AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts
 // from four loads, codes 0..7 and 8..15 of each block by one vpermt2b,
 // codes 16..23 and 24..31 by another (from the loads 16 bytes on), the
 // halves' 256-bit parts joined (vshufi64x2) into four vectors of eight
-// code bytes per block, each byte
-// widened to int16 in place (even bytes by two shifts, odd ones by one: the
-// grouped_slot order), and the eight fp16 scales, each in its block's two
-// lanes, by two more vpermt2b, a blend and one conversion. Lane l then sums
+// code bytes per block, each byte widened to int16 in place (even bytes by
+// two shifts, odd ones by one: the grouped_slot order), and the eight fp16
+// scales, each in its block's two lanes, by two more vpermt2b, a blend and
+// one conversion. Lane l then sums
 // sixteen products exactly (|sum| < 2^26, so the conversion rounds only
 // sums beyond 2^24), as MXFP4's; the activations are MXFP4's grouped form.
 struct Q8Picks {
