@@ -58,8 +58,10 @@ def load_model(args: argparse.Namespace):
         prompt_cache = os.environ.get(ENV_PROMPT_CACHE) or default_folder()
     options = Options.from_env(expert_cache=args.expert_cache, threads=threads,
                                page_cache=getattr(args, "page_cache", False), prompt_cache=prompt_cache,
-                               prompt_cache_size=getattr(args, "prompt_cache_size", None))
+                               prompt_cache_size=getattr(args, "prompt_cache_size", None),
+                               huge_pages=getattr(args, "huge_pages", None))
     model = load(resolve_model(model_arg(args)), options=options)
+    model.on_note = lambda text: print(text, file=sys.stderr)
     if ctx is not None:
         if ctx > model.config.context_length:
             raise UsageError(f"-c/--ctx {ctx} is more than the model's context length "

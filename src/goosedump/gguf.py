@@ -19,9 +19,9 @@ import numpy as np
 from . import _kernels
 from .ggml import _ELEMENT_DTYPES, BLOCK_SIZES, GGMLType, tensor_nbytes, type_name  # noqa: F401
 from .gguf_split import SplitError, first_part, part_path, set_prefix
+from .residency import populate, reread_in_huge_pages
 
 MAGIC = b"GGUF"
-_MADV_POPULATE_READ = 22  # Linux 5.14+; Python's mmap module does not name it
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 
@@ -232,6 +232,10 @@ class GGUFFile:
         return default if field is None else field.value
 
     # -- residency -----------------------------------------------------------
+    def reread_in_huge_pages(self, ranges: list[tuple[int, int]]):
+        """goosedump.residency.reread_in_huge_pages on this part's mapping."""
+        return reread_in_huge_pages(self.path, self._mmap, self.buf, ranges)
+
     def populate_tensor(self, t: TensorInfo) -> None:
         self.parts[t.part].populate(t.offset, t.offset + t.nbytes)
 
@@ -244,10 +248,7 @@ class GGUFFile:
         start -= start % page
         if end <= start:
             return
-        try:
-            self._mmap.madvise(_MADV_POPULATE_READ, start, end - start)
-        except (OSError, ValueError):  # kernels before 5.14: touch one byte per page
-            int(self.buf[start:end:page].sum(dtype=np.uint64))
+        populate(self._mmap, start, end)
 
     # -- tensors -------------------------------------------------------------
     def tensor_bytes(self, name: str) -> np.ndarray:

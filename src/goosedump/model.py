@@ -52,6 +52,7 @@ class Model:
         self._stepper: Stepper | None = None
         self._prompt_cache = None
         self._cache: KVCache | None = None
+        self.on_note: Callable[[str], None] | None = None   # where notes on loading go (the CLI: stderr)
 
     @property
     def expert_budget(self) -> int:
@@ -83,10 +84,30 @@ class Model:
             # Map the weights read in place now rather than fault page by page
             # inside the first tokens: the dense ones always, the experts too
             # when the budget covers them all.
-            for t in self.file.tensors.values():
-                if store.in_place or not is_expert_tensor(t.name):
-                    self.file.populate_tensor(t)
+            resident = [t for t in self.file.tensors.values() if store.in_place or not is_expert_tensor(t.name)]
+            for t in resident:
+                self.file.populate_tensor(t)
+            if self.options.huge_pages:
+                self.reread_in_huge_pages()
         return self._transformer
+
+    def reread_in_huge_pages(self) -> list:
+        """The resident weights (the dense ones, and the experts when used in
+        place) that the page cache holds in 4 KiB pages read again into 2 MiB
+        ones (goosedump.residency), file by file; what was done
+        (residency.Reread), each also said through on_note."""
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for t in self.file.tensors.values():
+            if self.store.in_place or not is_expert_tensor(t.name):
+                ranges.setdefault(t.part, []).append((t.offset, t.offset + t.nbytes))
+        done = []
+        for k, rs in sorted(ranges.items()):
+            r = self.file.parts[k].reread_in_huge_pages(rs)
+            if r is not None:
+                done.append(r)
+                if self.on_note is not None:
+                    self.on_note(r.note())
+        return done
 
     @property
     def stepper(self) -> Stepper:

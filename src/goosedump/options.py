@@ -7,6 +7,7 @@ Nothing else reads the environment for these.
 | threads       | --threads        |                               | one per core        |
 | expert_cache  | --expert-cache   | GOOSEDUMP_EXPERT_CACHE_SIZE   | auto (see budget)   |
 | page_cache    | --page-cache     |                               | off (direct reads)  |
+| huge_pages    | --no-huge-pages  | GOOSEDUMP_HUGE_PAGES          | on (see residency)  |
 | activations   |                  | GOOSEDUMP_ACTIVATIONS         | i16                 |
 | read_threads  |                  | GOOSEDUMP_READ_THREADS        | 4                   |
 | prefetch      |                  |                               | on                  |
@@ -30,6 +31,8 @@ ENV_PROMPT_CACHE = "GOOSEDUMP_PROMPT_CACHE"
 ENV_ISA = "GOOSEDUMP_ISA"      # read by the kernels (csrc/cpu.cpp); checked here for a clear error
 ISAS = ("auto", "generic", "avx2", "avx512", "neon")
 ENV_PROMPT_CACHE_SIZE = "GOOSEDUMP_PROMPT_CACHE_SIZE"
+ENV_HUGE_PAGES = "GOOSEDUMP_HUGE_PAGES"
+ON = ("on", "yes", "1")
 OFF = ("off", "none", "no", "0", "")
 # Precision of activations inside quantized products (csrc/matmul.h): "i16"
 # (chosen by benchmarks/activation_precision.py: within a factor 2-4 of fp32's
@@ -53,6 +56,9 @@ class Options:
     # the folder of KV states of prompt prefixes kept on disk (goosedump.promptcache), None: off
     prompt_cache: str | None = None
     prompt_cache_bytes: int = 4 << 30
+    # re-read resident weights that the page cache holds in 4 KiB pages into
+    # 2 MiB ones (goosedump.residency)
+    huge_pages: bool = True
 
     def __post_init__(self):
         if self.activations not in ACTIVATIONS:
@@ -68,7 +74,8 @@ class Options:
     @classmethod
     def from_env(cls, *, expert_cache: str | int | None = None, threads: int | None = None,
                  page_cache: bool = False, prefetch: bool = True, prompt_cache: str | None = None,
-                 prompt_cache_size: str | None = None, env: Mapping[str, str] | None = None) -> "Options":
+                 prompt_cache_size: str | None = None, huge_pages: bool | None = None,
+                 env: Mapping[str, str] | None = None) -> "Options":
         """Flags first, then the environment, then the defaults. Errors name
         the flag or the variable. prompt_cache: a folder or "off"."""
         env = os.environ if env is None else env
@@ -98,9 +105,15 @@ class Options:
             read_threads = 0
         if read_threads < 1:
             raise ValueError(f"{ENV_READ_THREADS}={raw!r}: expected an integer of at least 1")
+        if huge_pages is None:
+            raw = env.get(ENV_HUGE_PAGES, "on").strip().lower()
+            if raw not in ON + OFF:
+                raise ValueError(f"{ENV_HUGE_PAGES}={env[ENV_HUGE_PAGES]!r}: expected on or off")
+            huge_pages = raw in ON
         return cls(expert_cache=budget, threads=threads, page_cache=page_cache, prefetch=prefetch,
-                   activations=acts, read_threads=read_threads, prompt_cache=folder, prompt_cache_bytes=cache_bytes)
+                   activations=acts, read_threads=read_threads, prompt_cache=folder, prompt_cache_bytes=cache_bytes,
+                   huge_pages=huge_pages)
 
 
 __all__ = ["Options", "SizeError", "ENV_ACTIVATIONS", "ENV_READ_THREADS", "ENV_PROMPT_CACHE",
-           "ENV_PROMPT_CACHE_SIZE"]
+           "ENV_PROMPT_CACHE_SIZE", "ENV_HUGE_PAGES"]
