@@ -232,9 +232,9 @@ class GGUFFile:
         return default if field is None else field.value
 
     # -- residency -----------------------------------------------------------
-    def reread_in_huge_pages(self, ranges: list[tuple[int, int]]):
+    def reread_in_huge_pages(self, ranges: list[tuple[int, int]], say=None):
         """goosedump.residency.reread_in_huge_pages on this part's mapping."""
-        return reread_in_huge_pages(self.path, self._mmap, self.buf, ranges)
+        return reread_in_huge_pages(self.path, self._mmap, self.buf, ranges, say)
 
     def populate_tensor(self, t: TensorInfo) -> None:
         self.parts[t.part].populate(t.offset, t.offset + t.nbytes)

@@ -102,7 +102,7 @@ class Model:
                 ranges.setdefault(t.part, []).append((t.offset, t.offset + t.nbytes))
         done = []
         for k, rs in sorted(ranges.items()):
-            r = self.file.parts[k].reread_in_huge_pages(rs)
+            r = self.file.parts[k].reread_in_huge_pages(rs, self.on_note)
             if r is not None:
                 done.append(r)
                 if self.on_note is not None:

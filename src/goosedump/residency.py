@@ -20,8 +20,8 @@ MIN_SMALL_SHARE of it in 4 KiB pages is dropped from this process's
 mapping and from the page cache (madvise DONTNEED, posix_fadvise DONTNEED:
 pages another process maps stay) and mapped again, read from disk into
 2 MiB folios. Once: the next run finds them cached that way. It stops
-after a first piece that comes back in 4 KiB pages again (a file system
-without large folios) and says so.
+after a first piece that comes back in 4 KiB pages again (another process maps
+them, or a file system without large folios) and says so.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -86,9 +86,13 @@ def mapping_page_sizes(buf) -> PageSizes | None:
 
 def huge_ranges(ranges: Iterable[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     """[start, end) ranges of a file widened to whole 2 MiB pieces (a folio
-    covers an aligned piece of the file), clamped to its size, merged."""
+    covers an aligned piece of the file), merged; the file's last piece
+    when shorter than 2 MiB left out (no 2 MiB folio holds it)."""
+    whole = size - size % HUGE
     out: list[tuple[int, int]] = []
-    for a, b in sorted((a - a % HUGE, min(size, -(-b // HUGE) * HUGE)) for a, b in ranges if b > a):
+    for a, b in sorted((a - a % HUGE, min(whole, -(-b // HUGE) * HUGE)) for a, b in ranges if b > a):
+        if b <= a:
+            continue
         if out and a <= out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], b))
         else:
@@ -124,14 +128,14 @@ class Reread:
     after: PageSizes
     bytes_read: int
     seconds: float
-    gave_up: bool     # the first piece came back in 4 KiB pages: the kernel does not give 2 MiB folios here
+    gave_up: bool     # the first piece came back in 4 KiB pages (mapped by another process, or no 2 MiB folios)
 
     def note(self) -> str:
         gib = 1 << 30
         if self.gave_up:
             return (f"goosedump: {os.path.basename(self.path)}: {self.before.small / gib:.2f} GiB of the weights "
-                    f"are cached in 4 KiB pages, and read again they came back in 4 KiB pages (no 2 MiB file "
-                    f"pages on this system): left as they are")
+                    f"are cached in 4 KiB pages, and read again they came back in 4 KiB pages (another process "
+                    f"maps them, or the file system has no 2 MiB pages): left as they are")
         return (f"goosedump: read {self.bytes_read / gib:.2f} GiB of {os.path.basename(self.path)} again into "
                 f"2 MiB pages in {self.seconds:.1f} s (the page cache held "
                 f"{self.before.small / gib:.2f} GiB of its weights in 4 KiB pages, which slow decode by "
@@ -146,12 +150,15 @@ def populate(m: mmap.mmap, a: int, b: int) -> None:
         int(np.frombuffer(m, np.uint8, b - a, a)[::mmap.PAGESIZE].sum(dtype=np.uint64))
 
 
-def reread_in_huge_pages(path: str, m: mmap.mmap, buf, ranges: list[tuple[int, int]]) -> Reread | None:
-    """Drop the pieces of `ranges` of the file (mapped whole by m, viewed
-    by buf) that the page cache holds mostly in 4 KiB pages from this
-    mapping and from the cache, and map them again, read into 2 MiB folios;
-    where the mapping holds enough of them in 4 KiB pages. None where
-    nothing needed doing (or smaps is not readable)."""
+def reread_in_huge_pages(path: str, m: mmap.mmap, buf, ranges: list[tuple[int, int]],
+                         say: Callable[[str], None] | None = None) -> Reread | None:
+    """Where the mapping holds enough in 4 KiB pages: the pieces of
+    `ranges` of the file (mapped whole by m, viewed by buf) with at least
+    MIN_SMALL_SHARE of them in 4 KiB pages dropped from this mapping and
+    from the page cache and mapped again, read into 2 MiB folios. None
+    where nothing needed doing (or smaps is not readable). say: told
+    before the first read (they take a while: up to the resident weights'
+    size at the disk's speed)."""
     before = mapping_page_sizes(buf)
     if before is None or before.small < MIN_SMALL_BYTES or before.small < MIN_SMALL_SHARE * before.resident:
         return None
@@ -159,10 +166,17 @@ def reread_in_huge_pages(path: str, m: mmap.mmap, buf, ranges: list[tuple[int, i
     done = 0
     fd = os.open(path, os.O_RDONLY)
     try:
+        # a file just written may still have pages to write back, which the
+        # page cache keeps whatever DONTNEED says: write them now
+        os.fdatasync(fd)
         for a, b in _pieces(huge_ranges(ranges, len(m))):
             sizes = piece_page_sizes(fd, a, b)
             if sizes is None or sizes.small < MIN_SMALL_SHARE * sizes.resident:
                 continue
+            if done == 0 and say is not None:   # (said once there is something to read)
+                say(f"goosedump: {os.path.basename(path)}: {before.small / (1 << 30):.2f} GiB of the weights are "
+                    f"cached in 4 KiB pages; reading them again into 2 MiB pages, which decode faster (once; "
+                    f"--no-huge-pages skips this)")
             m.madvise(mmap.MADV_DONTNEED, a, b - a)
             os.posix_fadvise(fd, a, b - a, os.POSIX_FADV_DONTNEED)
             populate(m, a, b)
