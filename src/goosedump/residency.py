@@ -21,7 +21,8 @@ mapping and from the page cache (madvise DONTNEED, posix_fadvise DONTNEED:
 pages another process maps stay) and mapped again, read from disk into
 2 MiB folios. Once: the next run finds them cached that way. It stops
 after a first piece that comes back in 4 KiB pages again (another process maps
-them, or a file system without large folios) and says so.
+them, free memory too fragmented, or a file system without large folios)
+and says so.
 """
 from __future__ import annotations
 
@@ -135,7 +136,8 @@ class Reread:
         if self.gave_up:
             return (f"goosedump: {os.path.basename(self.path)}: {self.before.small / gib:.2f} GiB of the weights "
                     f"are cached in 4 KiB pages, and read again they came back in 4 KiB pages (another process "
-                    f"maps them, or the file system has no 2 MiB pages): left as they are")
+                    f"maps them, free memory is too fragmented, or the file system has no 2 MiB pages): left as "
+                    f"they are")
         return (f"goosedump: read {self.bytes_read / gib:.2f} GiB of {os.path.basename(self.path)} again into "
                 f"2 MiB pages in {self.seconds:.1f} s (the page cache held "
                 f"{self.before.small / gib:.2f} GiB of its weights in 4 KiB pages, which slow decode by "
