@@ -129,6 +129,7 @@ def test_where_the_cache_cannot_hold_2mib_pages_it_stops_after_one_piece(monkeyp
 def test_the_setting_from_flag_and_environment():
     assert Options.from_env(env={}).huge_pages is True
     assert Options.from_env(env={ENV_HUGE_PAGES: "off"}).huge_pages is False
+    assert Options.from_env(env={ENV_HUGE_PAGES: ""}).huge_pages is True
     assert Options.from_env(huge_pages=False, env={ENV_HUGE_PAGES: "on"}).huge_pages is False
     with pytest.raises(ValueError, match=f"{ENV_HUGE_PAGES}='sometimes': expected on or off"):
         Options.from_env(env={ENV_HUGE_PAGES: "sometimes"})

@@ -106,7 +106,7 @@ class Options:
         if read_threads < 1:
             raise ValueError(f"{ENV_READ_THREADS}={raw!r}: expected an integer of at least 1")
         if huge_pages is None:
-            raw = env.get(ENV_HUGE_PAGES, "on").strip().lower()
+            raw = (env.get(ENV_HUGE_PAGES) or "on").strip().lower()   # (set but empty: the default)
             if raw not in ON + OFF:
                 raise ValueError(f"{ENV_HUGE_PAGES}={env[ENV_HUGE_PAGES]!r}: expected on or off")
             huge_pages = raw in ON
