@@ -41,7 +41,7 @@ MADV_POPULATE_READ = 22  # Linux 5.14+; Python's mmap module does not name it
 MIN_SMALL_BYTES = 64 << 20
 # ... and at least this share of them (a few odd pieces are not worth a disk read)
 MIN_SMALL_SHARE = 0.05
-PIECE = 32 << 20   # checked, and re-read where mostly in 4 KiB pages, one at a time
+PIECE = 32 << 20   # checked one at a time, and re-read where MIN_SMALL_SHARE of it or more is in 4 KiB pages
 
 _VMA = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) ")
 
