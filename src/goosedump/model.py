@@ -82,14 +82,17 @@ class Model:
             store = self.store
             self._transformer = Transformer(self.file, self.config, store, self.options)
             # Map the weights read in place now rather than fault page by page
-            # inside the first tokens: the dense ones always, the experts too
-            # when the budget covers them all.
-            resident = [t for t in self.file.tensors.values() if store.in_place or not is_expert_tensor(t.name)]
-            for t in resident:
+            # inside the first tokens.
+            for t in self._resident_tensors():
                 self.file.populate_tensor(t)
             if self.options.huge_pages:
                 self.reread_in_huge_pages()
         return self._transformer
+
+    def _resident_tensors(self):
+        """The tensors read in place from the map: the dense ones always, the
+        experts too when the budget covers them all."""
+        return [t for t in self.file.tensors.values() if self.store.in_place or not is_expert_tensor(t.name)]
 
     def reread_in_huge_pages(self) -> list:
         """The resident weights (the dense ones, and the experts when used in
@@ -97,9 +100,8 @@ class Model:
         ones (goosedump.residency), file by file; what was done
         (residency.Reread), each also said through on_note."""
         ranges: dict[int, list[tuple[int, int]]] = {}
-        for t in self.file.tensors.values():
-            if self.store.in_place or not is_expert_tensor(t.name):
-                ranges.setdefault(t.part, []).append((t.offset, t.offset + t.nbytes))
+        for t in self._resident_tensors():
+            ranges.setdefault(t.part, []).append((t.offset, t.offset + t.nbytes))
         done = []
         for k, rs in sorted(ranges.items()):
             r = self.file.parts[k].reread_in_huge_pages(rs, self.on_note)
