@@ -14,9 +14,8 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 import goosedump
+from goosedump.bench import measure
 from goosedump.machine import cpu_name
 from goosedump.options import Options
 from goosedump.residency import mapping_page_sizes
@@ -34,14 +33,8 @@ def write_copy(src: str, dst: str) -> float:
 
 
 def decode(m, n_gen: int) -> float:
-    """Decode tokens/s after a 16-token prompt (one warm-up first)."""
-    rng = np.random.default_rng(0)
-    normal = [i for i in range(m.config.n_vocab) if i not in m.tokenizer.special_ids]
-    best = []
-    for _ in range(2):
-        r = m.generate(rng.choice(normal, 16).tolist(), max_tokens=n_gen + 1, reuse_cache=False, ignore_eos=True)
-        best.append(r.decode_tokens_per_s)
-    return best[-1]
+    """Decode tokens/s after a 16-token prompt (one warm-up first, as `goosedump bench`)."""
+    return measure(m, 16, n_gen, reps=1, profile=False, log=lambda _: None)["decode_tokens_per_s"]
 
 
 def huge_share(m) -> float:
