@@ -3,7 +3,8 @@
 its own generation loop; llama.cpp runs its `llama-bench` binary (built from
 the source in llama-cpp-python's sdist, see the README): pp (prompt
 processing) and tg (generation at the prompt's depth, `-d`). Each engine runs
-in its own process, and the two alternate `--reps` times. The script watches
+in its own process, and the two alternate `--reps` times, the first of a
+pair turning each time (A B, B A, ...). The script watches
 the machine: before and during each run it records the CPU that other
 processes used and flags a run as contaminated when they used more than 0.15
 of a core. It prints the CPU model and instruction sets, prefill and decode
@@ -210,7 +211,11 @@ def main() -> int:
     bw_before = bandwidth_gbs(args.threads)
     runs = {e: [] for e in engines}
     for rep in range(args.reps):
-        for engine, cmd in engines.items():
+        # the order turns each repetition (A B, B A, ...): whatever the first
+        # run of a pair meets (the caches another process left, the host's
+        # load as it changes) falls on both engines alike
+        order = list(engines.items())
+        for engine, cmd in (order if rep % 2 == 0 else order[::-1]):
             r = run_child(cmd)
             runs[engine].append(r)
             flag = "  CONTAMINATED" if r["contaminated"] else ""
