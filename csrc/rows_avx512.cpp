@@ -12,11 +12,12 @@
 // 8..15 by the second) and added into lane l of one of the token's two
 // accumulators, even chunks into the first, odd ones into the second; at
 // the row's end the two are added, their 16 lanes summed by one fixed
-// reduction and the minimums' terms added (MXFP4 and Q8_0: one accumulator
-// per token, each block's products in two lanes, see mxfp4_group). A token's sums are formed the
-// same way alone or in a tile (batch invariance), within the int16 bound of
-// the reference, but not its bits: the reference sums a chunk before
-// scaling it.
+// reduction and the minimums' terms added (MXFP4 and Q8_0: each block's
+// whole sum, converted, scaled and added into one lane of an accumulator
+// per token that holds two rows, see block_sums and group_rows). A token's
+// sums are formed the same way alone or in a tile (batch invariance), within
+// the int16 bound of the reference, but not its bits: the reference sums a
+// chunk before scaling it.
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's AVX-512 intrinsics initialize their undefined vectors from
 // themselves, which -W(maybe-)uninitialized reports once inlined into target-
@@ -126,7 +127,8 @@ AVX512 inline float hsum16(__m512 v) {
 // grouped_slot's order), eight vpdpwssd per token into one int32 vector:
 // each block's products split over two lanes, sixteen in each (|sum| <
 // 2^31: 16 x 12 x 256 x 32767). Then one conversion (exact: 256 times an
-// integer below 2^23) and the group's eight scales at once: vscalefps by
+// integer below 2^23), each block's two lanes added (block_sums) and the
+// group's eight scales at once: vscalefps by
 // e + ActView::e (kMxfp4Scale's exponent: the grouped form's e holds
 // kGroupedScaleBias - k; the scale bytes picked from the loads by a third
 // vpermt2b), the result added into the token's accumulator. Per block and
@@ -248,23 +250,59 @@ AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512
   dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
 }
 
-// A group's eight vpdpwssd for R rows and one token (the first a vpmaddwd:
-// the same sums), converted: each run of the token's activations loaded
-// once for all rows and kept in a register (GCC otherwise folds the load
-// into each row's vpdpwssd: two loads per pair of products, and the loads,
-// not the products, set the pace: a row pair 1.42x on AMD Zen 4, probed;
-// one row keeps the load in its vpdpwssd: held in a register, 0.92x).
+// A group's eight vpdpwssd for R rows and one token: lane l of s[r] the
+// exact sum of sixteen products, half a block's (grouped_slot: block l /
+// 2's), in two chains of four (even and odd runs, added at the end: the
+// same sums; one chain of eight, waiting on each vpdpwssd's latency, 0.95-
+// 0.98x, four chains no faster than two; AMD Zen 4). Each run of the
+// token's activations loaded once for all rows and kept in a register (GCC
+// otherwise folds the load into each row's vpdpwssd: two loads per pair of
+// products, and the loads, not the products, set the pace: a row pair 1.42x
+// on AMD Zen 4, probed; one row keeps the load in its vpdpwssd: held in a
+// register, 0.92x).
 template <int R>
-AVX512 inline void group_sums(const __m512i (&w)[R][8], const int16_t* q, __m512 (&out)[R]) {
-  __m512i s[R];
+AVX512 inline void group_sums(const __m512i (&w)[R][8], const int16_t* q, __m512i (&s)[R]) {
+  constexpr int C = 2;
+  __m512i h[C][R];
   for (int v = 0; v < 8; ++v) {
     __m512i av = _mm512_loadu_si512(q + 32 * v);
 #ifndef GOOSEDUMP_AVX512_EMULATED
     if constexpr (R > 1) asm("" : "+v"(av));   // (opaque: one register, not a memory operand per row)
 #endif
-    for (int r = 0; r < R; ++r) s[r] = v == 0 ? _mm512_madd_epi16(w[r][0], av) : _mm512_dpwssd_epi32(s[r], w[r][v], av);
+    const int c = v % C;
+    for (int r = 0; r < R; ++r) h[c][r] = v < C ? _mm512_madd_epi16(w[r][v], av) : _mm512_dpwssd_epi32(h[c][r], w[r][v], av);
   }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_cvtepi32_ps(s[r]);
+  for (int r = 0; r < R; ++r) {
+    s[r] = h[0][r];
+    for (int c = 1; c < C; ++c) s[r] = _mm512_add_epi32(s[r], h[c][r]);
+  }
+}
+
+// Rows 0 and 1 in one vector: lanes 2p of a, 2p + 1 of b.
+AVX512 inline __m512i interleave_rows(__m512i a, __m512i b) { return _mm512_mask_blend_epi32(0xAAAA, a, b); }
+AVX512 inline __m512 interleave_rows(__m512 a, __m512 b) { return _mm512_mask_blend_ps(0xAAAA, a, b); }
+
+// Lanes 2p and 2p + 1 swapped (vshufps: SIMDe, which the tests emulate
+// this file with, lacks vpermilps and vpshufd in 512 bits).
+AVX512 inline __m512 swap_pairs(__m512 a) { return _mm512_shuffle_ps(a, a, 0xB1); }
+AVX512 inline __m512i swap_pairs(__m512i a) { return _mm512_castps_si512(swap_pairs(_mm512_castsi512_ps(a))); }
+
+// Each block's whole sum (its two lanes added) for R rows in one vector:
+// lane 2p row 0's block p, lane 2p + 1 row 1's (R = 2) or row 0's again (R
+// = 1: the same number). MXFP4's lanes hold 256 times the products (|sum|
+// < 2^31) and are added as floats, exactly (256 times an integer below
+// 2^24); Q8_0's as int32 (|sum| < 2^27), then converted.
+template <Format F, int R>
+AVX512 inline __m512 block_sums(const __m512i (&s)[R]) {
+  if constexpr (F == Format::MXFP4) {
+    const __m512 a = _mm512_cvtepi32_ps(s[0]);
+    if constexpr (R == 1) return _mm512_add_ps(a, swap_pairs(a));
+    const __m512 b = _mm512_cvtepi32_ps(s[1]);
+    return _mm512_add_ps(interleave_rows(a, b), swap_pairs(interleave_rows(b, a)));
+  } else {
+    if constexpr (R == 1) return _mm512_cvtepi32_ps(_mm512_add_epi32(s[0], swap_pairs(s[0])));
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(interleave_rows(s[0], s[1]), swap_pairs(interleave_rows(s[1], s[0]))));
+  }
 }
 
 // A tile's grouped activations from one group on (q: 256 int16 per token,
@@ -279,16 +317,17 @@ struct GroupActs {
 };
 
 // One group (blocks of it: 8, or fewer for a row's last) of R rows (1 or 2)
-// against TT tokens, into their accumulators: the group's activations
-// loaded once for both rows. MXFP4 scales a token's sums by vscalefps
-// (mxfp4_group); Q8_0 multiplies the weights' fp16 scales by the
-// activations' 2^-k and adds the sums times that by one FMA. (Named arrays
-// of accumulators, one per call: an index chosen at run time put them on
-// the stack.)
+// against TT tokens, into one accumulator per token for both rows (lane 2p
+// row 0's block p of every group so far, 2p + 1 row 1's): the group's
+// activations loaded once for both rows, and a pair's sixteen accumulators
+// of 8 tokens halved to eight, which stay in registers (GCC had kept ten
+// of sixteen on the stack, a load and a store per add). MXFP4 scales a
+// token's block sums by vscalefps (mxfp4_group); Q8_0 multiplies the
+// weights' fp16 scales by the activations' 2^-k and adds the sums times
+// that by one FMA.
 template <Format F, int R, int TT>
 AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const GroupActs& a, const Mxfp4Consts& c,
-                              __m512 (&acc0)[TT], __m512 (&acc1)[TT]) {   // rows 0 and 1 (R = 1: acc1 unused)
-  __m512(*acc[2])[TT] = {&acc0, &acc1};
+                              __m512 (&acc)[TT]) {
   static_assert(F == Format::MXFP4 || F == Format::Q8_0);
   __m512i w[R][8], ew[R];
   __m512 dw[R];
@@ -296,24 +335,41 @@ AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const Gr
     if constexpr (F == Format::MXFP4) mxfp4_group(blks[r], blocks, c, w[r], ew[r]);
     else q8_group(blks[r], blocks, w[r], dw[r]);
   }
+  // (each block's scale in its two lanes: the pair's are row 0's in the
+  // even lanes, row 1's in the odd ones)
+  __m512i ewp = ew[0];
+  __m512 dwp = dw[0];
+  if constexpr (R == 2) {
+    if constexpr (F == Format::MXFP4) ewp = interleave_rows(ew[0], ew[1]);
+    else dwp = interleave_rows(dw[0], dw[1]);
+  }
   const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
-    const int16_t* qt = a.q + 32 * kGroup * t;
-    __m512 sums[R];
-    group_sums<R>(w, qt, sums);
+    __m512i s[R];
+    group_sums<R>(w, a.q + 32 * kGroup * t, s);
+    const __m512 x = block_sums<F, R>(s);
     if constexpr (F == Format::MXFP4) {
       const __m512i et = _mm512_permutexvar_epi32(
           each2, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.e + kGroup * t))));
-      for (int r = 0; r < R; ++r) {
-        const __m512 x = _mm512_scalef_ps(sums[r], _mm512_cvtepi32_ps(_mm512_add_epi32(ew[r], et)));
-        (*acc[r])[t] = _mm512_add_ps((*acc[r])[t], x);
-      }
+      acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(x, _mm512_cvtepi32_ps(_mm512_add_epi32(ewp, et))));
     } else {
       const __m512 dt = _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(a.d + kGroup * t)));
-      for (int r = 0; r < R; ++r) (*acc[r])[t] = _mm512_fmadd_ps(sums[r], _mm512_mul_ps(dw[r], dt), (*acc[r])[t]);
+      acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(dwp, dt), acc[t]);
     }
   }
+}
+
+// A row's sum from the accumulator's even lanes and the next row's from
+// its odd lanes, by one fixed reduction (halves, quarters, ...: lanes of a
+// parity added to lanes of the same parity): a row's sum is the same bits
+// whether it ran alone (R = 1: both parities hold it) or in a pair.
+AVX512 inline void hsum_rows(__m512 v, float& even, float& odd) {
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE)));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  even = _mm_cvtss_f32(q);
+  odd = _mm_cvtss_f32(_mm_movehdup_ps(q));
 }
 
 // One row against TT tokens (a: the tile's grouped activations from the
@@ -331,10 +387,13 @@ AVX512 inline void row_grouped(const uint8_t* row, size_t n_chunks, GroupActs a,
     if constexpr (TT <= 2)   // decode streams the row
       for (size_t b = 0; b < gb; b += 64) __builtin_prefetch(row + kPrefetchAhead + b, 0, 3);
     const uint8_t* blks[1] = {row};
-    group_rows<F, 1, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc, acc);
+    group_rows<F, 1, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc);
   }
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) out[t] = hsum16(acc[t]);
+  for (int t = 0; t < TT; ++t) {
+    float again;
+    hsum_rows(acc[t], out[t], again);
+  }
 }
 
 // Two rows against TT tokens at once, the same sums as row_grouped's for
@@ -347,17 +406,15 @@ AVX512 inline void row_pair_grouped(const uint8_t* const rows[2], size_t n_chunk
                                     float out[2][kTokenTile]) {
   constexpr size_t gb = kGroup * block_bytes(F);
   const Mxfp4Consts c = mxfp4_consts();
-  // (two named arrays: one two-row array, or a memcpy of it, kept it in
-  // memory, a store after every add)
-  __m512 acc0[TT], acc1[TT];
+  __m512 acc[TT];
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a = a.at(1, tile)) {
     const uint8_t* blks[2] = {rows[0] + off, rows[1] + off};
-    group_rows<F, 2, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc0, acc1);
+    group_rows<F, 2, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc);
   }
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) out[0][t] = hsum16(acc0[t]), out[1][t] = hsum16(acc1[t]);
+  for (int t = 0; t < TT; ++t) hsum_rows(acc[t], out[0][t], out[1][t]);
 }
 
 // One row against TT tokens, two accumulators per token whatever the tile
