@@ -43,7 +43,7 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
 
 // Whether they are grouped instead: MXFP4 and Q8_0 on AVX-512, whose
 // kernels take eight blocks per vector, four activations of each
-// (rows_avx512.cpp's row_grouped). Blocks in groups of eight (the row's
+// (rows_avx512.cpp's rows_grouped). Blocks in groups of eight (the row's
 // last group padded with zero blocks), each tile's groups one after
 // another, a group holding its 256 activations per token: run v of four
 // (activations grouped_slot(v, 0..3), v = 0..7) of each of its eight

@@ -2,7 +2,7 @@
 // later Xeons, AMD Zen 4 and 5): a chunk's 32 weight codes are one register
 // of 32 int16, its 32 activations another, and one vpmaddwd makes the
 // chunk's 16 exact pair sums; MXFP4 and Q8_0 take eight blocks per
-// register and vpdpwssd (row_grouped below). The plain-float rows (fp32
+// register and vpdpwssd (rows_grouped below). The plain-float rows (fp32
 // activations) are AVX2's (rows_avx2.cpp): they are not this path's hot
 // kernels. See rows.h for the contract.
 //
@@ -48,10 +48,10 @@ namespace {
 using namespace x86;
 
 // A chunk's 32 weight codes as 32 int16, in the order of the block's I16
-// activations (MXFP4 and Q8_0 run row_grouped below).
+// activations (MXFP4 and Q8_0 run rows_grouped below).
 template <Format F>
 AVX512 inline __m512i codes16(const uint8_t* blk, int sub) {
-  static_assert(F != Format::MXFP4, "MXFP4 runs row_grouped");
+  static_assert(F != Format::MXFP4, "MXFP4 runs rows_grouped");
   if constexpr (F == Format::Q8_0) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
   } else {
@@ -372,49 +372,34 @@ AVX512 inline void hsum_rows(__m512 v, float& even, float& odd) {
   odd = _mm_cvtss_f32(_mm_movehdup_ps(q));
 }
 
-// One row against TT tokens (a: the tile's grouped activations from the
-// row's first group on): one accumulator per token, whatever the tile (two,
-// for even and odd groups, measured 0.92x at one token: the group's eight
-// chained vpdpwssd, not the adds, set the pace).
-template <Format F, int TT>
-AVX512 inline void row_grouped(const uint8_t* row, size_t n_chunks, GroupActs a, size_t tile, float* out) {
+// R rows (1 or 2) against TT tokens (a: the tile's grouped activations from
+// the rows' first group on): one accumulator per token for both rows,
+// whatever the tile (two, for even and odd groups, measured 0.92x at one
+// token: the group's chained vpdpwssd, not the adds, set the pace); out[r]
+// row r's sums. Two rows load each
+// group's activations once for both: where a product reads its rows again
+// for several tiles (they are in the L2 then), each tile's activations (46
+// KB of int16 for 8 tokens of a 2880-wide row) are read once per pair.
+template <Format F, int R, int TT>
+AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, GroupActs a, size_t tile,
+                                float out[2][kTokenTile]) {
   constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
   const Mxfp4Consts c = mxfp4_consts();
   __m512 acc[TT];
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
-  for (size_t g = 0; g < n_chunks; g += kGroup, row += gb, a = a.at(1, tile)) {
-    if constexpr (TT <= 2)   // decode streams the row
-      for (size_t b = 0; b < gb; b += 64) __builtin_prefetch(row + kPrefetchAhead + b, 0, 3);
-    const uint8_t* blks[1] = {row};
-    group_rows<F, 1, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc);
+  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a = a.at(1, tile)) {
+    const uint8_t* blks[R];
+    for (int r = 0; r < R; ++r) blks[r] = rows[r] + off;
+    if constexpr (R == 1 && TT <= 2)   // decode streams the row
+      for (size_t b = 0; b < gb; b += 64) __builtin_prefetch(blks[0] + kPrefetchAhead + b, 0, 3);
+    group_rows<F, R, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc);
   }
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
-    float again;
-    hsum_rows(acc[t], out[t], again);
+    float odd;   // (R = 1: the same sum again)
+    hsum_rows(acc[t], out[0][t], R == 2 ? out[1][t] : odd);
   }
-}
-
-// Two rows against TT tokens at once, the same sums as row_grouped's for
-// each: the group's activations loaded once for both rows. Where a product
-// reads its rows again for several tiles (they are in the L2 then), each
-// tile's activations (46 KB of int16 for 8 tokens of a 2880-wide row) are
-// read once for both rows.
-template <Format F, int TT>
-AVX512 inline void row_pair_grouped(const uint8_t* const rows[2], size_t n_chunks, GroupActs a, size_t tile,
-                                    float out[2][kTokenTile]) {
-  constexpr size_t gb = kGroup * block_bytes(F);
-  const Mxfp4Consts c = mxfp4_consts();
-  __m512 acc[TT];
-  GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
-  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a = a.at(1, tile)) {
-    const uint8_t* blks[2] = {rows[0] + off, rows[1] + off};
-    group_rows<F, 2, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc);
-  }
-  GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) hsum_rows(acc[t], out[0][t], out[1][t]);
 }
 
 // One row against TT tokens, two accumulators per token whatever the tile
@@ -496,7 +481,7 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
                      float* Y, size_t ldy, const float* bias) {
   if (grouped_acts(f, Impl::Avx512)) {   // MXFP4 and Q8_0: grouped activations (ActView::grouped)
     const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
-    // Two rows at a time from 4 tokens on (see row_pair_grouped: with eight
+    // Two rows at a time from 4 tokens on (see rows_grouped: with eight
     // blocks per group one row's weights fill eight registers, and one row
     // against 8 tokens measured 0.70x of a pair on AMD Zen 4); one or two
     // tokens stream their rows from memory once, where two interleaved
@@ -513,8 +498,8 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
           with_tile(tt, [&](auto TT) {
             constexpr Format f_ = decltype(F)::value;
             constexpr int tt_ = decltype(TT)::value;
-            if (R == 2) row_pair_grouped<f_, tt_>(rows, nc, ga, tt, out);
-            else row_grouped<f_, tt_>(rows[0], nc, ga, tt, out[0]);
+            if (R == 2) rows_grouped<f_, 2, tt_>(rows, nc, ga, tt, out);
+            else rows_grouped<f_, 1, tt_>(rows, nc, ga, tt, out);
           });
         };
         if (f == Format::MXFP4) run(std::integral_constant<Format, Format::MXFP4>{});
