@@ -19,11 +19,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-
-import goosedump  # noqa: E402
-from goosedump.engine import Engine  # noqa: E402
-from goosedump.sampling import SamplingParams  # noqa: E402
+import goosedump
+from goosedump.engine import Engine
+from goosedump.sampling import SamplingParams
 
 
 def measure(engine: Engine, model, n_streams: int, prompt_tokens: int, gen_tokens: int, seed: int) -> dict:

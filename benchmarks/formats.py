@@ -8,16 +8,14 @@ usage: python benchmarks/formats.py [--threads 2] [--mb 1200] [--formats q4_k,q5
 """
 import argparse
 import json
-import os
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-from goosedump import _kernels, randblocks  # noqa: E402
-from goosedump.gguf import BLOCK_SIZES, GGMLType  # noqa: E402
-from goosedump.machine import cpu_name  # noqa: E402
+from goosedump import _kernels, randblocks
+from goosedump.gguf import BLOCK_SIZES, GGMLType
+from goosedump.machine import cpu_name
 
 
 
