@@ -61,6 +61,21 @@ constexpr size_t kGroup = 8;
 constexpr size_t grouped_slot(size_t v, size_t i) { return 2 * i + (v & 1) + 16 * ((v >> 1) & 1) + 8 * (v >> 2); }
 inline size_t grouped_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
 
+// The grouped activations of up to kSplitTokens tokens (decode's) split into
+// bytes, for MXFP4's products by vpdpbusd (rows_avx512.cpp's row_split),
+// the grouped form's groups in its order (a group of each token in turn):
+// per group of kGroup
+// blocks, byte i of lane l of vector V belongs to the code q = 256 hi + lo
+// that the grouped form holds at 32 (2V + i % 2) + 2 l + i / 2 of the
+// group's 256 (the same weights meet it). 64-byte aligned: whole-vector loads.
+constexpr size_t kSplitTokens = 3;   // (from 4 tokens on, row pairs: rows_avx512.cpp)
+struct alignas(64) SplitGroup {
+  uint8_t lo[4][64];   // each code's low byte (0..255)
+  int8_t hi[4][64];    // its high byte (-128..127)
+  int32_t c[16];       // -12 times the sum of lane l's sixteen codes
+  int32_t e[16];       // block l / 2's e (the grouped form's) + 8
+};
+
 // Activations in the form a product with weights of format f reads: fp32 as
 // given, or the I16 form (quantized once, shared by every row; even/odd
 // where even_odd_acts says so).
@@ -74,6 +89,7 @@ struct ActView {
   std::vector<float> d;
   std::vector<int32_t> e;
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
+  std::vector<SplitGroup> split;   // MXFP4, up to kSplitTokens tokens, grouped: the codes split into bytes
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
   // The form a format's products read activations in on the path impl
   // (resolved): fp32, int16 (with half-block sums or without, in natural,

@@ -57,6 +57,7 @@ struct I16Acts {
   const int32_t* e;
   const int32_t* s;
   bool even_odd;   // each block's codes in act_slot's order (ActView::even_odd)
+  const SplitGroup* split = nullptr;   // one token of the grouped form: also split into bytes (or null)
 };
 
 // Calls fn(std::integral_constant<int, tt>) for a tile of 1..8 tokens, so

@@ -402,6 +402,54 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
   }
 }
 
+// MXFP4 at up to 3 tokens by vpdpbusd, from the activations' split form
+// (SplitGroup): each value plus 12 (0..24, as valid an unsigned byte as a
+// signed one) against the codes' low bytes (unsigned) and their high bytes
+// (signed); 256 times the second sum plus the first, less 12 times the
+// lane's codes (the first's starting value), is the exact sum of the same
+// sixteen products as group_sums' lane (once, not 256 times: SplitGroup::e
+// adds the 8 to the exponent), so a row's sums are the same bits as
+// rows_grouped<MXFP4, 1, TT>'s with a fifth fewer vector operations a
+// group: no shifts and masks making int16 of the values, no spreading of
+// the activations' exponents (one token 1.18-1.24x in the L3, one thread,
+// AMD Zen 4).
+template <int TT>
+AVX512 inline void row_split(const uint8_t* row, size_t n_chunks, const SplitGroup* a, float* out) {
+  const Mxfp4Consts c = mxfp4_consts();
+  const __m512i table = _mm512_add_epi8(c.table, _mm512_set1_epi8(12));
+  __m512 acc[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += kGroup * 17, a += TT) {
+    const uint8_t* blk = row + off;
+    for (size_t b = 0; b < kGroup * 17; b += 64) __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
+    const int n = 17 * int(std::min(kGroup, n_chunks - g));   // (a tail group: zero codes, zero activations)
+    const __m512i x = load_bytes(blk, n), y = load_bytes(blk + 64, n - 64);
+    const __m512i x8 = load_bytes(blk + 8, n - 8), y8 = load_bytes(blk + 72, n - 72);
+    const __m512i q0 = _mm512_permutex2var_epi8(x, c.pick, y), q1 = _mm512_permutex2var_epi8(x8, c.pick, y8);
+    const __m512i w[4] = {_mm512_permutexvar_epi8(q0, table), _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), table),
+                          _mm512_permutexvar_epi8(q1, table), _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), table)};
+    const __m512i ew = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, x, c.scales, y);
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t) {
+      const SplitGroup& at = a[t];
+      __m512i lo = _mm512_load_si512(at.c), hi = _mm512_setzero_si512();   // (the offset's share to start)
+      for (int v = 0; v < 4; ++v) {
+        lo = _mm512_dpbusd_epi32(lo, _mm512_load_si512(at.lo[v]), w[v]);
+        hi = _mm512_dpbusd_epi32(hi, w[v], _mm512_load_si512(at.hi[v]));
+      }
+      const __m512i s[1] = {_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo)};
+      const __m512i e = _mm512_add_epi32(ew, _mm512_load_si512(at.e));
+      acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(block_sums<Format::MXFP4, 1>(s), _mm512_cvtepi32_ps(e)));
+    }
+  }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) {
+    float odd;
+    hsum_rows(acc[t], out[t], odd);
+  }
+}
+
 // One row against TT tokens, two accumulators per token whatever the tile
 // (even chunks into acc[0], odd ones into acc[1], added at the row's end;
 // the minimums' terms likewise): against one accumulator, one token Q8_0
@@ -481,6 +529,16 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
                      float* Y, size_t ldy, const float* bias) {
   if (grouped_acts(f, Impl::Avx512)) {   // MXFP4 and Q8_0: grouped activations (ActView::grouped)
     const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
+    if (f == Format::MXFP4 && a.split) {   // decode's few tokens (ActView's split form)
+      for (size_t n = n0; n < n1; ++n) {
+        float out[kSplitTokens];
+        with_tile(T, [&](auto TT) {
+          if constexpr (decltype(TT)::value <= kSplitTokens) row_split<decltype(TT)::value>(W + n * rb, nc, a.split, out);
+        });
+        for (size_t t = 0; t < T; ++t) Y[t * ldy + n] = out[t] + (bias ? bias[n] : 0.f);
+      }
+      return;
+    }
     // Two rows at a time from 4 tokens on (see rows_grouped: with eight
     // blocks per group one row's weights fill eight registers, and one row
     // against 8 tokens measured 0.70x of a pair on AMD Zen 4); one or two
