@@ -31,22 +31,28 @@ namespace {
 
 // The split form of a tile's grouped codes (SplitGroup), `groups` groups of
 // its tokens in the grouped form's order (each group's tokens in turn).
-std::vector<SplitGroup> split_groups(const int16_t* q, const int32_t* e, size_t groups) {
+std::vector<SplitGroup> split_groups(Format f, const int16_t* q, const float* d, const int32_t* e, size_t groups) {
   std::vector<SplitGroup> out(groups);
   for (size_t g = 0; g < groups; ++g) {
     SplitGroup& s = out[g];
     const int16_t* qg = q + g * kGroup * kBlock;
     for (int l = 0; l < 16; ++l) {
-      int32_t sum = 0;
+      int32_t sum = 0, sum_hi = 0;
       for (int v = 0; v < 4; ++v)
         for (int i = 0; i < 4; ++i) {
           const int x = qg[32 * (2 * v + i % 2) + 2 * l + i / 2];
           s.lo[v][4 * l + i] = uint8_t(x & 255);
           s.hi[v][4 * l + i] = int8_t(x >> 8);   // (an arithmetic shift: floor(x / 256))
           sum += x;
+          sum_hi += x >> 8;
         }
-      s.c[l] = -12 * sum;
-      s.e[l] = e[g * kGroup + l / 2] + 8;
+      if (f == Format::MXFP4) {
+        s.c[l] = -12 * sum;
+        s.e[l] = e[g * kGroup + l / 2] + 8;
+      } else {
+        s.c[l] = -32768 * sum_hi;
+        s.d[l] = d[g * kGroup + l / 2];
+      }
     }
   }
   return out;
@@ -66,7 +72,10 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
     e.resize(blocks);
     if (has_min(f)) s.resize(2 * T * K / kBlock);
     quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), e.data(), even_odd, grouped, impl);
-    if (grouped && T <= kSplitTokens && f == Format::MXFP4) split = split_groups(q.data(), e.data(), blocks / kGroup);
+    if (grouped && T <= split_tokens(f)) {
+      split = split_groups(f, q.data(), d.data(), e.data(), blocks / kGroup);
+      split_format = f;
+    }
     if (has_min(f))   // the sum of each half block's codes: the minimums' terms need it
       for (size_t i = 0; i < 2 * T * K / kBlock; ++i) {
         const int16_t* b = &q[16 * (i & ~size_t(1))];   // the half's block
@@ -85,7 +94,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
       throw std::logic_error(std::string("matmul_rows: activations quantized for another path than ") +
                              impl_name(impl));
     const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data(), a.even_odd,
-                    a.split.empty() ? nullptr : a.split.data()};
+                    a.split.empty() || a.split_format != f ? nullptr : a.split.data()};
 #ifdef GD_X86
     if (impl == Impl::Avx512) return rows_avx512_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
     if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);

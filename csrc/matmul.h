@@ -61,20 +61,27 @@ constexpr size_t kGroup = 8;
 constexpr size_t grouped_slot(size_t v, size_t i) { return 2 * i + (v & 1) + 16 * ((v >> 1) & 1) + 8 * (v >> 2); }
 inline size_t grouped_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
 
-// The grouped activations of up to kSplitTokens tokens (decode's) split into
-// bytes, for MXFP4's products by vpdpbusd (rows_avx512.cpp's row_split),
-// the grouped form's groups in its order (a group of each token in turn):
-// per group of kGroup
-// blocks, byte i of lane l of vector V belongs to the code q = 256 hi + lo
-// that the grouped form holds at 32 (2V + i % 2) + 2 l + i / 2 of the
-// group's 256 (the same weights meet it). 64-byte aligned: whole-vector loads.
-constexpr size_t kSplitTokens = 3;   // (from 4 tokens on, row pairs: rows_avx512.cpp)
+// The grouped activations of a few tokens (decode's: split_tokens) split into
+// bytes, for MXFP4's and Q8_0's products by vpdpbusd (rows_avx512.cpp's
+// row_split), in the grouped form's order (each group's tokens in turn): per
+// group of kGroup blocks, byte i of lane l of vector V belongs to the code
+// q = 256 hi + lo that the grouped form holds at 32 (2V + i % 2) + 2 l + i / 2
+// of the group's 256 (the same weights meet it). 64-byte aligned: whole-
+// vector loads.
+constexpr size_t kSplitTokens = 3;   // (the most split_tokens gives)
 struct alignas(64) SplitGroup {
   uint8_t lo[4][64];   // each code's low byte (0..255)
   int8_t hi[4][64];    // its high byte (-128..127)
-  int32_t c[16];       // -12 times the sum of lane l's sixteen codes
-  int32_t e[16];       // block l / 2's e (the grouped form's) + 8
+  int32_t c[16];       // the offset's share (MXFP4: -12 times the sum of lane l's
+                       // sixteen codes; Q8_0: -32768 times the sum of their high bytes)
+  union {
+    int32_t e[16];     // MXFP4: block l / 2's e (the grouped form's) + 8
+    float d[16];       // Q8_0: block l / 2's d
+  };
 };
+// The tokens up to which a format's products take the split form (Q8_0 at
+// 3 tokens measured 0.91-0.95x of the grouped form; from 4 on, row pairs).
+constexpr size_t split_tokens(Format f) { return f == Format::MXFP4 ? 3 : f == Format::Q8_0 ? 2 : 0; }
 
 // Activations in the form a product with weights of format f reads: fp32 as
 // given, or the I16 form (quantized once, shared by every row; even/odd
@@ -89,7 +96,8 @@ struct ActView {
   std::vector<float> d;
   std::vector<int32_t> e;
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
-  std::vector<SplitGroup> split;   // MXFP4, up to kSplitTokens tokens, grouped: the codes split into bytes
+  std::vector<SplitGroup> split;   // up to split_tokens(f) tokens, grouped: the codes split into bytes
+  Format split_format{};           // (the format whose offset and scales it holds)
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
   // The form a format's products read activations in on the path impl
   // (resolved): fp32, int16 (with half-block sums or without, in natural,

@@ -224,7 +224,10 @@ constexpr Q8Picks q8_picks() {
 }
 static constexpr Q8Picks kQ8Picks = q8_picks();
 
-AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512& dw) {
+// A group's codes as four vectors of int8 (qword p block p's: codes 0..7,
+// 16..23, 8..15, 24..31, the order of the split form, SplitGroup; the
+// grouped form's runs 0, 2, 4, 6 widen them) and its eight scales (dw).
+AVX512 inline void q8_codes(const uint8_t* blk, int blocks, __m512i q[4], __m512& dw) {
   const int n = 34 * blocks;
   const __m512i pick = _mm512_load_si512(kQ8Picks.codes);
   __m512i lo[2], hi[2], sc[2];   // per half: codes 0..15, 16..31 (qword k: 0..7 or 16..23; 4 + k: 8..15 or 24..31)
@@ -237,17 +240,20 @@ AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512
     hi[h] = _mm512_permutex2var_epi8(m0, pick, m1);
     sc[h] = _mm512_permutex2var_epi8(l0, _mm512_load_si512(kQ8Picks.scales), l1);
   }
-  // vectors of codes 0..7, 8..15, 16..23, 24..31: qword p block p's
-  const __m512i q[4] = {_mm512_shuffle_i64x2(lo[0], lo[1], 0x44), _mm512_shuffle_i64x2(lo[0], lo[1], 0xEE),
-                        _mm512_shuffle_i64x2(hi[0], hi[1], 0x44), _mm512_shuffle_i64x2(hi[0], hi[1], 0xEE)};
-  constexpr int run[4] = {0, 4, 2, 6};   // grouped_slot's runs: codes 0..7 runs 0, 1; 8..15 runs 4, 5; ...
-  for (int j = 0; j < 4; ++j) {
-    w[run[j]] = _mm512_srai_epi16(_mm512_slli_epi16(q[j], 8), 8);
-    w[run[j] + 1] = _mm512_srai_epi16(q[j], 8);
-  }
+  q[0] = _mm512_shuffle_i64x2(lo[0], lo[1], 0x44), q[1] = _mm512_shuffle_i64x2(hi[0], hi[1], 0x44);
+  q[2] = _mm512_shuffle_i64x2(lo[0], lo[1], 0xEE), q[3] = _mm512_shuffle_i64x2(hi[0], hi[1], 0xEE);
   // words 0..7 of the first half's, 8..15 of the second's (blocks 4..7)
   const __m512i h = _mm512_mask_blend_epi16(0xFF00, sc[0], sc[1]);
   dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+}
+
+AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512& dw) {
+  __m512i q[4];
+  q8_codes(blk, blocks, q, dw);
+  for (int j = 0; j < 4; ++j) {   // vector j's even bytes into run 2j, its odd ones into run 2j + 1 (grouped_slot's)
+    w[2 * j] = _mm512_srai_epi16(_mm512_slli_epi16(q[j], 8), 8);
+    w[2 * j + 1] = _mm512_srai_epi16(q[j], 8);
+  }
 }
 
 // A group's eight vpdpwssd for R rows and one token: lane l of s[r] the
@@ -402,45 +408,62 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
   }
 }
 
-// MXFP4 at up to 3 tokens by vpdpbusd, from the activations' split form
-// (SplitGroup): each value plus 12 (0..24, as valid an unsigned byte as a
-// signed one) against the codes' low bytes (unsigned) and their high bytes
-// (signed); 256 times the second sum plus the first, less 12 times the
-// lane's codes (the first's starting value), is the exact sum of the same
-// sixteen products as group_sums' lane (once, not 256 times: SplitGroup::e
-// adds the 8 to the exponent), so a row's sums are the same bits as
-// rows_grouped<MXFP4, 1, TT>'s with a fifth fewer vector operations a
-// group: no shifts and masks making int16 of the values, no spreading of
-// the activations' exponents (one token 1.18-1.24x in the L3, one thread,
-// AMD Zen 4).
-template <int TT>
+// MXFP4 and Q8_0 at up to 3 tokens by vpdpbusd, from the activations'
+// split form (SplitGroup), against the codes' low bytes (unsigned) and their
+// high bytes (signed); 256 times the second sum plus the first is the exact
+// sum of the same sixteen products as group_sums' lane, so a row's sums are
+// the same bits as rows_grouped<F, 1, TT>'s. vpdpbusd takes one side
+// unsigned: MXFP4's values plus 12 (0..24, as valid an unsigned byte as a
+// signed one) against both, less 12 times the lane's codes; Q8_0's codes as
+// they are against the low bytes and plus 128 (each byte's top bit
+// flipped) against the high ones, less 128 times the high bytes' sum. Each
+// sum starts from its offset's share. MXFP4's lanes hold the products once,
+// not 256 times (SplitGroup::e adds the 8 to the exponent). A fifth fewer
+// vector operations a group than rows_grouped: no shifts and masks making
+// int16 of the values, no spreading of the activations' scales (one token
+// MXFP4 1.18-1.24x in the L3, one thread, AMD Zen 4).
+template <Format F, int TT>
 AVX512 inline void row_split(const uint8_t* row, size_t n_chunks, const SplitGroup* a, float* out) {
+  static_assert(F == Format::MXFP4 || F == Format::Q8_0);
+  constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
   const Mxfp4Consts c = mxfp4_consts();
   const __m512i table = _mm512_add_epi8(c.table, _mm512_set1_epi8(12));
   __m512 acc[TT];
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
-  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += kGroup * 17, a += TT) {
+  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a += TT) {
     const uint8_t* blk = row + off;
-    for (size_t b = 0; b < kGroup * 17; b += 64) __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
-    const int n = 17 * int(std::min(kGroup, n_chunks - g));   // (a tail group: zero codes, zero activations)
-    const __m512i x = load_bytes(blk, n), y = load_bytes(blk + 64, n - 64);
-    const __m512i x8 = load_bytes(blk + 8, n - 8), y8 = load_bytes(blk + 72, n - 72);
-    const __m512i q0 = _mm512_permutex2var_epi8(x, c.pick, y), q1 = _mm512_permutex2var_epi8(x8, c.pick, y8);
-    const __m512i w[4] = {_mm512_permutexvar_epi8(q0, table), _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), table),
-                          _mm512_permutexvar_epi8(q1, table), _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), table)};
-    const __m512i ew = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, x, c.scales, y);
+    for (size_t b = 0; b < gb; b += 64) __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
+    const int blocks = int(std::min(kGroup, n_chunks - g));   // (a tail group: zero codes, zero activations)
+    __m512i w[4], wu[4], ew;   // the values as the low bytes' and the high bytes' partners
+    __m512 dw;
+    if constexpr (F == Format::MXFP4) {
+      const int n = 17 * blocks;
+      const __m512i x = load_bytes(blk, n), y = load_bytes(blk + 64, n - 64);
+      const __m512i x8 = load_bytes(blk + 8, n - 8), y8 = load_bytes(blk + 72, n - 72);
+      const __m512i q0 = _mm512_permutex2var_epi8(x, c.pick, y), q1 = _mm512_permutex2var_epi8(x8, c.pick, y8);
+      w[0] = _mm512_permutexvar_epi8(q0, table), w[1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), table);
+      w[2] = _mm512_permutexvar_epi8(q1, table), w[3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), table);
+      for (int v = 0; v < 4; ++v) wu[v] = w[v];
+      ew = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, x, c.scales, y);
+    } else {
+      q8_codes(blk, blocks, w, dw);
+      for (int v = 0; v < 4; ++v) wu[v] = _mm512_xor_si512(w[v], _mm512_set1_epi8(int8_t(0x80)));
+    }
     GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t) {
       const SplitGroup& at = a[t];
-      __m512i lo = _mm512_load_si512(at.c), hi = _mm512_setzero_si512();   // (the offset's share to start)
+      __m512i lo = _mm512_load_si512(at.c), hi = _mm512_setzero_si512();
       for (int v = 0; v < 4; ++v) {
         lo = _mm512_dpbusd_epi32(lo, _mm512_load_si512(at.lo[v]), w[v]);
-        hi = _mm512_dpbusd_epi32(hi, w[v], _mm512_load_si512(at.hi[v]));
+        hi = _mm512_dpbusd_epi32(hi, wu[v], _mm512_load_si512(at.hi[v]));
       }
       const __m512i s[1] = {_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo)};
-      const __m512i e = _mm512_add_epi32(ew, _mm512_load_si512(at.e));
-      acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(block_sums<Format::MXFP4, 1>(s), _mm512_cvtepi32_ps(e)));
+      const __m512 x = block_sums<F, 1>(s);
+      if constexpr (F == Format::MXFP4)
+        acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(x, _mm512_cvtepi32_ps(_mm512_add_epi32(ew, _mm512_load_si512(at.e)))));
+      else
+        acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(dw, _mm512_load_ps(at.d)), acc[t]);
     }
   }
   GD_EACH_TOKEN
@@ -529,11 +552,15 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
                      float* Y, size_t ldy, const float* bias) {
   if (grouped_acts(f, Impl::Avx512)) {   // MXFP4 and Q8_0: grouped activations (ActView::grouped)
     const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
-    if (f == Format::MXFP4 && a.split) {   // decode's few tokens (ActView's split form)
+    if (a.split) {   // decode's few tokens (ActView's split form)
       for (size_t n = n0; n < n1; ++n) {
         float out[kSplitTokens];
         with_tile(T, [&](auto TT) {
-          if constexpr (decltype(TT)::value <= kSplitTokens) row_split<decltype(TT)::value>(W + n * rb, nc, a.split, out);
+          constexpr int tt_ = decltype(TT)::value;
+          if constexpr (tt_ <= kSplitTokens) {
+            if (f == Format::MXFP4) row_split<Format::MXFP4, tt_>(W + n * rb, nc, a.split, out);
+            else row_split<Format::Q8_0, tt_>(W + n * rb, nc, a.split, out);
+          }
         });
         for (size_t t = 0; t < T; ++t) Y[t * ldy + n] = out[t] + (bias ? bias[n] : 0.f);
       }
