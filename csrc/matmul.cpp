@@ -27,39 +27,6 @@ constexpr size_t kRowsPerTask = 16;
 
 }  // namespace
 
-namespace {
-
-// The split form of a tile's grouped codes (SplitGroup), `groups` groups of
-// its tokens in the grouped form's order (each group's tokens in turn).
-std::vector<SplitGroup> split_groups(Format f, const int16_t* q, const float* d, const int32_t* e, size_t groups) {
-  std::vector<SplitGroup> out(groups);
-  for (size_t g = 0; g < groups; ++g) {
-    SplitGroup& s = out[g];
-    const int16_t* qg = q + g * kGroup * kBlock;
-    for (int l = 0; l < 16; ++l) {
-      int32_t sum = 0, sum_hi = 0;
-      for (int v = 0; v < 4; ++v)
-        for (int i = 0; i < 4; ++i) {
-          const int x = qg[32 * (2 * v + i % 2) + 2 * l + i / 2];
-          s.lo[v][4 * l + i] = uint8_t(x & 255);
-          s.hi[v][4 * l + i] = int8_t(x >> 8);   // (an arithmetic shift: floor(x / 256))
-          sum += x;
-          sum_hi += x >> 8;
-        }
-      if (f == Format::MXFP4) {
-        s.c[l] = -12 * sum;
-        s.e[l] = e[g * kGroup + l / 2] + 8;
-      } else {
-        s.c[l] = -32768 * sum_hi;
-        s.d[l] = d[g * kGroup + l / 2];
-      }
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl)
     : acts(is_float(f) ? Acts::F32 : a), X(x), ldx(ld), even_odd(even_odd_acts(f, impl)),
       grouped(grouped_acts(f, impl)) {
@@ -72,10 +39,13 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
     e.resize(blocks);
     if (has_min(f)) s.resize(2 * T * K / kBlock);
     quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), e.data(), even_odd, grouped, impl);
-    if (grouped && T <= split_tokens(f)) {
-      split = split_groups(f, q.data(), d.data(), e.data(), blocks / kGroup);
+#ifdef GD_X86
+    if (grouped && T <= split_tokens(f)) {   // (grouped: the AVX-512 path)
+      split.resize(blocks / kGroup);
+      split_acts_avx512(f, q.data(), d.data(), e.data(), split.size(), split.data());
       split_format = f;
     }
+#endif
     if (has_min(f))   // the sum of each half block's codes: the minimums' terms need it
       for (size_t i = 0; i < 2 * T * K / kBlock; ++i) {
         const int16_t* b = &q[16 * (i & ~size_t(1))];   // the half's block

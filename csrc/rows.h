@@ -57,7 +57,7 @@ struct I16Acts {
   const int32_t* e;
   const int32_t* s;
   bool even_odd;   // each block's codes in act_slot's order (ActView::even_odd)
-  const SplitGroup* split = nullptr;   // one token of the grouped form: also split into bytes (or null)
+  const SplitGroup* split = nullptr;   // a few tokens of the grouped form also split into bytes (or null)
 };
 
 // Calls fn(std::integral_constant<int, tt>) for a tile of 1..8 tokens, so
@@ -198,6 +198,9 @@ void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, c
 // fp32 rows are AVX2's.
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias);
+// The split form (SplitGroup) of `groups` groups of grouped activations, for
+// format f (MXFP4 or Q8_0: its offset and scales).
+void split_acts_avx512(Format f, const int16_t* q, const float* d, const int32_t* e, size_t groups, SplitGroup* out);
 
 // NEON (rows_neon.cpp); only compiled for and called on AArch64. The int16
 // path is bit for bit rows_generic_i16.
