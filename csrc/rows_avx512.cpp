@@ -2,7 +2,8 @@
 // later Xeons, AMD Zen 4 and 5): a chunk's 32 weight codes are one register
 // of 32 int16, its 32 activations another, and one vpmaddwd makes the
 // chunk's 16 exact pair sums; MXFP4 and Q8_0 take eight blocks per
-// register and vpdpwssd (rows_grouped below). The plain-float rows (fp32
+// register and vpdpwssd (rows_grouped below), and at decode's few tokens
+// vpdpbusd on the activations' bytes (row_split). The plain-float rows (fp32
 // activations) are AVX2's (rows_avx2.cpp): they are not this path's hot
 // kernels. See rows.h for the contract.
 //
@@ -460,10 +461,12 @@ AVX512 inline void row_split(const uint8_t* row, size_t n_chunks, const SplitGro
       }
       const __m512i s[1] = {_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo)};
       const __m512 x = block_sums<F, 1>(s);
-      if constexpr (F == Format::MXFP4)
-        acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(x, _mm512_cvtepi32_ps(_mm512_add_epi32(ew, _mm512_load_si512(at.e)))));
-      else
+      if constexpr (F == Format::MXFP4) {
+        const __m512i e = _mm512_add_epi32(ew, _mm512_load_si512(at.e));
+        acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(x, _mm512_cvtepi32_ps(e)));
+      } else {
         acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(dw, _mm512_load_ps(at.d)), acc[t]);
+      }
     }
   }
   GD_EACH_TOKEN
@@ -584,7 +587,8 @@ AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const 
     }
     if (f == Format::MXFP4) {
       _mm512_store_si512(s.c, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-12)));
-      const __m512i ev = _mm512_permutexvar_epi32(each2, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e))));
+      const __m256i e8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e));
+      const __m512i ev = _mm512_permutexvar_epi32(each2, _mm512_castsi256_si512(e8));
       _mm512_store_si512(s.e, _mm512_add_epi32(ev, _mm512_set1_epi32(8)));
     } else {
       _mm512_store_si512(s.c, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), sum_hi), 15));
