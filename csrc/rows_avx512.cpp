@@ -167,30 +167,38 @@ AVX512 inline __m512i load_bytes(const uint8_t* p, int n) {   // n of the 64 byt
   return n > 0 ? _mm512_maskz_loadu_epi8(~__mmask64(0) >> (64 - n), p) : _mm512_setzero_si512();
 }
 
-// A group's eight blocks' int16 values (w[0..7]) and scale bytes e (each
-// block's in its two lanes); a tail group of `blocks` < 8 reads only its
-// own bytes (the rest as zeros: zero codes), by masked loads (a copy into a
-// zeroed buffer stalled the loads on its stores: 0.87x).
-AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i w[8], __m512i& ew) {
+// A group's eight blocks' values as bytes from `table` (c.table, or it plus
+// 12 for the split form: row_split): v[0], v[1] the low and high nibbles of
+// code bytes 0..7 of each block (its 64-bit lane), v[2], v[3] those of bytes
+// 8..15; and the scale bytes ew (each block's in its two lanes). A tail
+// group of `blocks` < 8 reads only its own bytes (the rest as zeros: zero
+// codes), by masked loads (a copy into a zeroed buffer stalled the loads on
+// its stores: 0.87x).
+AVX512 inline void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i table, __m512i v[4],
+                                __m512i& ew) {
   const int n = 17 * blocks;
   const __m512i a = load_bytes(blk, n), b = load_bytes(blk + 64, n - 64);
   const __m512i a8 = load_bytes(blk + 8, n - 8), b8 = load_bytes(blk + 72, n - 72);
-  const __m512i q0 = _mm512_permutex2var_epi8(a, c.pick, b), q1 = _mm512_permutex2var_epi8(a8, c.pick, b8);
+  const __m512i q[2] = {_mm512_permutex2var_epi8(a, c.pick, b), _mm512_permutex2var_epi8(a8, c.pick, b8)};
   // vpermb reads an index's low six bits and the table holds the 16 values
   // four times: each byte's low nibble, and after the word shift its high
   // one, pick their values without masking off the bits above
-  const __m512i high = _mm512_set1_epi16(int16_t(0xFF00));
-  const __m512i q[2] = {q0, q1};
   for (int h = 0; h < 2; ++h) {
-    const __m512i lo = _mm512_permutexvar_epi8(q[h], c.table);
-    const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(q[h], 4), c.table);
-    // each word's values as int16 times 256: its low byte's shifted up, its
-    // high byte's with the low byte cleared (shifts and masks, where
-    // interleaving with zeros took four shuffles)
-    w[4 * h] = _mm512_slli_epi16(lo, 8), w[4 * h + 1] = _mm512_and_si512(lo, high);
-    w[4 * h + 2] = _mm512_slli_epi16(hi, 8), w[4 * h + 3] = _mm512_and_si512(hi, high);
+    v[2 * h] = _mm512_permutexvar_epi8(q[h], table);
+    v[2 * h + 1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q[h], 4), table);
   }
   ew = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, a, c.scales, b);
+}
+
+// The grouped loop's form of them: int16 values w[0..7] (grouped_slot's runs).
+AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i w[8], __m512i& ew) {
+  __m512i v[4];
+  mxfp4_values(blk, blocks, c, c.table, v, ew);
+  // each word's values as int16 times 256: its low byte's shifted up, its
+  // high byte's with the low byte cleared (shifts and masks, where
+  // interleaving with zeros took four shuffles)
+  const __m512i high = _mm512_set1_epi16(int16_t(0xFF00));
+  for (int j = 0; j < 4; ++j) w[2 * j] = _mm512_slli_epi16(v[j], 8), w[2 * j + 1] = _mm512_and_si512(v[j], high);
 }
 
 // Q8_0 in the same grouped form: each half group's four 34-byte blocks
@@ -439,14 +447,8 @@ AVX512 inline void row_split(const uint8_t* row, size_t n_chunks, const SplitGro
     __m512i w[4], wu[4], ew;   // the values as the low bytes' and the high bytes' partners
     __m512 dw;
     if constexpr (F == Format::MXFP4) {
-      const int n = 17 * blocks;
-      const __m512i x = load_bytes(blk, n), y = load_bytes(blk + 64, n - 64);
-      const __m512i x8 = load_bytes(blk + 8, n - 8), y8 = load_bytes(blk + 72, n - 72);
-      const __m512i q0 = _mm512_permutex2var_epi8(x, c.pick, y), q1 = _mm512_permutex2var_epi8(x8, c.pick, y8);
-      w[0] = _mm512_permutexvar_epi8(q0, table), w[1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), table);
-      w[2] = _mm512_permutexvar_epi8(q1, table), w[3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), table);
+      mxfp4_values(blk, blocks, c, table, w, ew);
       for (int v = 0; v < 4; ++v) wu[v] = w[v];
-      ew = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, x, c.scales, y);
     } else {
       q8_codes(blk, blocks, w, dw);
       for (int v = 0; v < 4; ++v) wu[v] = _mm512_xor_si512(w[v], _mm512_set1_epi8(int8_t(0x80)));
