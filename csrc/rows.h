@@ -83,6 +83,14 @@ inline void with_tile(size_t tt, Fn&& fn) {
 // 2, 2880 x 2880 matrices rotating beyond the L3: 1,536 to 6,144 bytes
 // ahead all within 3%; benchmarks/kernel_paths.py).
 constexpr size_t kPrefetchAhead = 3072;
+// Q8_0 at decode (a weight's 1.06 bytes read for one product: its rows keep
+// pace with the memory, where MXFP4's 0.53 bytes wait on their unpacking)
+// also asks for the lines this far ahead into the L2 (prefetcht1): from
+// memory at one token 1.05-1.20x on 2 threads (AMD EPYC Zen 4, 2880 x 2880
+// rotating beyond the L3; 8,192 to 24,576 bytes ahead alike). MXFP4 with it
+// measured 0.94-0.96x (the prefetches' own cost), and the bandwidth probe
+// (module.cpp's stream_read) no faster.
+constexpr size_t kPrefetchFar = 12288;
 
 // Prefetches the cache line kPrefetchAhead bytes past blk when the block
 // (of `bytes` bytes) starts a new line there: one prefetch per line.

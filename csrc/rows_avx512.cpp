@@ -442,7 +442,10 @@ AVX512 inline void row_split(const uint8_t* row, size_t n_chunks, const SplitGro
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a += TT) {
     const uint8_t* blk = row + off;
-    for (size_t b = 0; b < gb; b += 64) __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
+    for (size_t b = 0; b < gb; b += 64) {
+      __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
+      if constexpr (F == Format::Q8_0) __builtin_prefetch(blk + kPrefetchFar + b, 0, 2);
+    }
     const int blocks = int(std::min(kGroup, n_chunks - g));   // (a tail group: zero codes, zero activations)
     __m512i w[4], wu[4], ew;   // the values as the low bytes' and the high bytes' partners
     __m512 dw;
