@@ -83,13 +83,16 @@ inline void with_tile(size_t tt, Fn&& fn) {
 // 2, 2880 x 2880 matrices rotating beyond the L3: 1,536 to 6,144 bytes
 // ahead all within 3%; benchmarks/kernel_paths.py).
 constexpr size_t kPrefetchAhead = 3072;
-// Q8_0 at decode (a weight's 1.06 bytes read for one product: its rows keep
-// pace with the memory, where MXFP4's 0.53 bytes wait on their unpacking)
-// also asks for the lines this far ahead into the L2 (prefetcht1): from
+// The split form's rows at decode (row_split, AVX-512) also ask for the
+// lines this far ahead into the L2 (prefetcht1). Q8_0 (a weight's 1.06
+// bytes read for one product: its rows keep pace with the memory): from
 // memory at one token 1.05-1.20x on 2 threads (AMD EPYC Zen 4, 2880 x 2880
-// rotating beyond the L3; 8,192 to 24,576 bytes ahead alike). MXFP4 with it
-// measured 0.94-0.96x (the prefetches' own cost), and the bandwidth probe
-// (module.cpp's stream_read) no faster.
+// rotating beyond the L3; 8,192 to 24,576 bytes ahead alike). MXFP4's row
+// pairs read two streams 1.5 KB apart that jump every row, which the
+// hardware prefetcher follows badly: without it a pair measured 0.75x of
+// one row from memory, with it 1.13-1.22x (one row alone: 1.01x). The
+// AVX2 rows and the other formats with it: 0.94-0.96x (the prefetches' own
+// cost), and the bandwidth probe (module.cpp's stream_read) no faster.
 constexpr size_t kPrefetchFar = 12288;
 
 // Prefetches the cache line kPrefetchAhead bytes past blk when the block

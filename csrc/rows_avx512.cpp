@@ -430,9 +430,15 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
 // not 256 times (SplitGroup::e adds the 8 to the exponent). A fifth fewer
 // vector operations a group than rows_grouped: no shifts and masks making
 // int16 of the values, no spreading of the activations' scales (one token
-// MXFP4 1.18-1.24x in the L3, one thread, AMD Zen 4).
-template <Format F, int TT>
-AVX512 inline void row_split(const uint8_t* row, size_t n_chunks, const SplitGroup* a, float* out) {
+// MXFP4 1.18-1.24x in the L3, one thread, AMD Zen 4). R rows as
+// rows_grouped's (block_sums: the same bits for one row or two): MXFP4
+// takes two, loading each group's activations once for both (the loads set
+// the pace: from memory with kPrefetchFar 1.04-1.15x on 2 threads, 1.22x on
+// one, in the L3 1.10-1.17x; the 20b's experts at decode 1.19x); Q8_0, whose
+// rows keep pace with the memory alone, one (a pair 0.74-0.76x).
+template <Format F, int R, int TT>
+AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, const SplitGroup* a,
+                             float out[2][kSplitTokens]) {
   static_assert(F == Format::MXFP4 || F == Format::Q8_0);
   constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
   const Mxfp4Consts c = mxfp4_consts();
@@ -441,43 +447,55 @@ AVX512 inline void row_split(const uint8_t* row, size_t n_chunks, const SplitGro
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a += TT) {
-    const uint8_t* blk = row + off;
-    for (size_t b = 0; b < gb; b += 64) {
-      __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
-      if constexpr (F == Format::Q8_0) __builtin_prefetch(blk + kPrefetchFar + b, 0, 2);
-    }
     const int blocks = int(std::min(kGroup, n_chunks - g));   // (a tail group: zero codes, zero activations)
-    __m512i w[4], wu[4], ew;   // the values as the low bytes' and the high bytes' partners
-    __m512 dw;
-    if constexpr (F == Format::MXFP4) {
-      mxfp4_values(blk, blocks, c, table, w, ew);
-      for (int v = 0; v < 4; ++v) wu[v] = w[v];
-    } else {
-      q8_codes(blk, blocks, w, dw);
-      for (int v = 0; v < 4; ++v) wu[v] = _mm512_xor_si512(w[v], _mm512_set1_epi8(int8_t(0x80)));
+    __m512i w[R][4], wu[R][4], ew[R];   // the values as the low bytes' and the high bytes' partners
+    __m512 dw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = rows[r] + off;
+      for (size_t b = 0; b < gb; b += 64) {
+        __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
+        __builtin_prefetch(blk + kPrefetchFar + b, 0, 2);
+      }
+      if constexpr (F == Format::MXFP4) {
+        mxfp4_values(blk, blocks, c, table, w[r], ew[r]);
+        for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
+      } else {
+        q8_codes(blk, blocks, w[r], dw[r]);
+        for (int v = 0; v < 4; ++v) wu[r][v] = _mm512_xor_si512(w[r][v], _mm512_set1_epi8(int8_t(0x80)));
+      }
     }
     GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t) {
       const SplitGroup& at = a[t];
-      __m512i lo = _mm512_load_si512(at.c), hi = _mm512_setzero_si512();
+      __m512i lo[R], hi[R];
+      for (int r = 0; r < R; ++r) lo[r] = _mm512_load_si512(at.c), hi[r] = _mm512_setzero_si512();
       for (int v = 0; v < 4; ++v) {
-        lo = _mm512_dpbusd_epi32(lo, _mm512_load_si512(at.lo[v]), w[v]);
-        hi = _mm512_dpbusd_epi32(hi, wu[v], _mm512_load_si512(at.hi[v]));
+        __m512i al = _mm512_load_si512(at.lo[v]), ah = _mm512_load_si512(at.hi[v]);
+#ifndef GOOSEDUMP_AVX512_EMULATED
+        if constexpr (R > 1) asm("" : "+v"(al), "+v"(ah));   // (one load for both rows, as group_sums)
+#endif
+        for (int r = 0; r < R; ++r) {
+          lo[r] = _mm512_dpbusd_epi32(lo[r], al, w[r][v]);
+          hi[r] = _mm512_dpbusd_epi32(hi[r], wu[r][v], ah);
+        }
       }
-      const __m512i s[1] = {_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo)};
-      const __m512 x = block_sums<F, 1>(s);
+      __m512i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm512_add_epi32(_mm512_slli_epi32(hi[r], 8), lo[r]);
+      const __m512 x = block_sums<F, R>(s);
       if constexpr (F == Format::MXFP4) {
-        const __m512i e = _mm512_add_epi32(ew, _mm512_load_si512(at.e));
+        const __m512i e0 = R == 2 ? interleave_rows(ew[0], ew[R - 1]) : ew[0];
+        const __m512i e = _mm512_add_epi32(e0, _mm512_load_si512(at.e));
         acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(x, _mm512_cvtepi32_ps(e)));
       } else {
-        acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(dw, _mm512_load_ps(at.d)), acc[t]);
+        const __m512 d0 = R == 2 ? interleave_rows(dw[0], dw[R - 1]) : dw[0];
+        acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(d0, _mm512_load_ps(at.d)), acc[t]);
       }
     }
   }
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
-    float odd;
-    hsum_rows(acc[t], out[t], odd);
+    float odd;   // (R = 1: the same sum again)
+    hsum_rows(acc[t], out[0][t], R == 2 ? out[1][t] : odd);
   }
 }
 
@@ -606,17 +624,22 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
                      float* Y, size_t ldy, const float* bias) {
   if (grouped_acts(f, Impl::Avx512)) {   // MXFP4 and Q8_0: grouped activations (ActView::grouped)
     const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
-    if (a.split) {   // decode's few tokens (ActView's split form)
-      for (size_t n = n0; n < n1; ++n) {
-        float out[kSplitTokens];
+    if (a.split) {   // decode's few tokens (ActView's split form): MXFP4 two rows at a time
+      const size_t pair = f == Format::MXFP4 ? 2 : 1;
+      for (size_t n = n0; n < n1; n += pair) {
+        const size_t R = std::min(pair, n1 - n);
+        const uint8_t* rows[2] = {W + n * rb, W + (n + R - 1) * rb};
+        float out[2][kSplitTokens];
         with_tile(T, [&](auto TT) {
           constexpr int tt_ = decltype(TT)::value;
           if constexpr (tt_ <= kSplitTokens) {
-            if (f == Format::MXFP4) row_split<Format::MXFP4, tt_>(W + n * rb, nc, a.split, out);
-            else row_split<Format::Q8_0, tt_>(W + n * rb, nc, a.split, out);
+            if (f == Format::Q8_0) row_split<Format::Q8_0, 1, tt_>(rows, nc, a.split, out);
+            else if (R == 2) row_split<Format::MXFP4, 2, tt_>(rows, nc, a.split, out);
+            else row_split<Format::MXFP4, 1, tt_>(rows, nc, a.split, out);
           }
         });
-        for (size_t t = 0; t < T; ++t) Y[t * ldy + n] = out[t] + (bias ? bias[n] : 0.f);
+        for (size_t r = 0; r < R; ++r)
+          for (size_t t = 0; t < T; ++t) Y[t * ldy + n + r] = out[r][t] + (bias ? bias[n + r] : 0.f);
       }
       return;
     }
