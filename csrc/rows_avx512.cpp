@@ -438,7 +438,7 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
 // rows keep pace with the memory alone, one (a pair 0.74-0.76x).
 template <Format F, int R, int TT>
 AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, const SplitGroup* a,
-                             float out[2][kSplitTokens]) {
+                             float out[2][kTokenTile]) {
   static_assert(F == Format::MXFP4 || F == Format::Q8_0);
   constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
   const Mxfp4Consts c = mxfp4_consts();
@@ -624,31 +624,15 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
                      float* Y, size_t ldy, const float* bias) {
   if (grouped_acts(f, Impl::Avx512)) {   // MXFP4 and Q8_0: grouped activations (ActView::grouped)
     const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
-    if (a.split) {   // decode's few tokens (ActView's split form): MXFP4 two rows at a time
-      const size_t pair = f == Format::MXFP4 ? 2 : 1;
-      for (size_t n = n0; n < n1; n += pair) {
-        const size_t R = std::min(pair, n1 - n);
-        const uint8_t* rows[2] = {W + n * rb, W + (n + R - 1) * rb};
-        float out[2][kSplitTokens];
-        with_tile(T, [&](auto TT) {
-          constexpr int tt_ = decltype(TT)::value;
-          if constexpr (tt_ <= kSplitTokens) {
-            if (f == Format::Q8_0) row_split<Format::Q8_0, 1, tt_>(rows, nc, a.split, out);
-            else if (R == 2) row_split<Format::MXFP4, 2, tt_>(rows, nc, a.split, out);
-            else row_split<Format::MXFP4, 1, tt_>(rows, nc, a.split, out);
-          }
-        });
-        for (size_t r = 0; r < R; ++r)
-          for (size_t t = 0; t < T; ++t) Y[t * ldy + n + r] = out[r][t] + (bias ? bias[n + r] : 0.f);
-      }
-      return;
-    }
-    // Two rows at a time from 4 tokens on (see rows_grouped: with eight
-    // blocks per group one row's weights fill eight registers, and one row
-    // against 8 tokens measured 0.70x of a pair on AMD Zen 4); one or two
-    // tokens stream their rows from memory once, where two interleaved
-    // streams had prefetched worse (MXFP4 four blocks per group: 0.82x).
-    const size_t pair = T >= 4 ? 2 : 1;
+    // Rows in pairs where a pair shares each group's activations. The
+    // grouped form pairs from 4 tokens on (with eight blocks per group one
+    // row's weights fill eight registers, and one row against 8 tokens
+    // measured 0.70x of a pair on AMD Zen 4); below that its rows stream
+    // from memory alone (two interleaved streams had prefetched worse: MXFP4
+    // four blocks per group 0.82x). Decode's split form (T <= kSplitTokens:
+    // one tile) pairs MXFP4's rows, whose loads set the pace, and keeps
+    // Q8_0's alone (row_split).
+    const size_t pair = a.split ? (f == Format::MXFP4 ? 2 : 1) : (T >= 4 ? 2 : 1);
     float out[2][kTokenTile];
     for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const size_t tt = std::min(kTokenTile, T - t0);
@@ -660,8 +644,16 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
           with_tile(tt, [&](auto TT) {
             constexpr Format f_ = decltype(F)::value;
             constexpr int tt_ = decltype(TT)::value;
-            if (R == 2) rows_grouped<f_, 2, tt_>(rows, nc, ga, tt, out);
-            else rows_grouped<f_, 1, tt_>(rows, nc, ga, tt, out);
+            if (a.split) {
+              if constexpr (tt_ <= kSplitTokens) {
+                if (R == 1) row_split<f_, 1, tt_>(rows, nc, a.split, out);
+                else if constexpr (f_ == Format::MXFP4) row_split<f_, 2, tt_>(rows, nc, a.split, out);
+              }
+            } else if (R == 2) {
+              rows_grouped<f_, 2, tt_>(rows, nc, ga, tt, out);
+            } else {
+              rows_grouped<f_, 1, tt_>(rows, nc, ga, tt, out);
+            }
           });
         };
         if (f == Format::MXFP4) run(std::integral_constant<Format, Format::MXFP4>{});
