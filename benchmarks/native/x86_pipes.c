@@ -1,0 +1,107 @@
+/* How many of each AVX2 instruction the one-token MXFP4 kernel uses a core
+   issues per cycle, alone and in pairs, and the kernel's whole mix of one
+   block (ten vector operations and four loads) issued without its
+   dependences: the floor a block's chain of dependences is measured against
+   (README, Benchmarks, the Zen 3 section; mxfp4_cycles.cpp times the kernel
+   itself). x86-64 with AVX2; cycles from a chain of dependent adds (one a
+   cycle), so the figures hold at whatever clock the core runs.
+
+     gcc -O2 benchmarks/native/x86_pipes.c -o x86_pipes && ./x86_pipes */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec a;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  return a.tv_sec + a.tv_nsec * 1e-9;
+}
+
+static char* buf;
+static double hz;
+
+#define CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "memory"
+/* each asm body holds `per` of what is counted; the best of three runs */
+#define RUN(name, per, body)                                                          \
+  do {                                                                                \
+    double best = 1e30;                                                               \
+    for (int r = 0; r < 3; ++r) {                                                     \
+      const long n = 20000000;                                                        \
+      double t = now();                                                               \
+      for (long i = 0; i < n; ++i) __asm__ volatile(body ::"r"(buf) : CLOBBER);     \
+      t = now() - t;                                                                  \
+      if (t < best) best = t;                                                         \
+    }                                                                                 \
+    printf("  %-44s %5.2f\n", name, (double)(per) * 20000000 / (best * hz));          \
+  } while (0)
+
+/* independent instructions: sources ymm8, ymm9; each writes its own register */
+#define M(d) "vpmaddwd %%ymm8, %%ymm9, %%ymm" #d "\n\t"
+#define C(d) "vcvtdq2ps %%ymm8, %%ymm" #d "\n\t"
+#define S(d) "vpshufb %%ymm8, %%ymm9, %%ymm" #d "\n\t"
+#define V(d) "vpsrlvq %%ymm8, %%ymm9, %%ymm" #d "\n\t"
+#define L(d) "vpsllw $8, %%ymm8, %%ymm" #d "\n\t"
+#define F(d) "vmulps %%ymm8, %%ymm9, %%ymm" #d "\n\t"
+#define A(d) "vaddps %%ymm8, %%ymm9, %%ymm" #d "\n\t"
+#define I(d) "vpaddd %%ymm8, %%ymm9, %%ymm" #d "\n\t"
+#define LD(d, off) "vmovdqa " #off "(%0), %%ymm" #d "\n\t"
+#define BC(d, off) "vbroadcastss " #off "(%0), %%ymm" #d "\n\t"
+#define EIGHT(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define MIX(X, Y) X(0) Y(1) X(2) Y(3) X(4) Y(5) X(6) Y(7)
+
+/* one block of row_mxfp4<1> (rows_avx2_i16.cpp): the codes' shift, and,
+   table shuffle, shift, and; two multiply-adds, their add, the conversion;
+   a multiply or fused multiply-add (one of each per pair of blocks); with
+   its loads: the 16 code bytes, the two activation halves, the scale */
+#define BLOCK(a, b)                                                                                  \
+  "vbroadcasti128 1(%0), %%ymm" #a "\n\t" "vpsrlvq %%ymm8, %%ymm9, %%ymm" #a "\n\t"                  \
+  "vpand %%ymm8, %%ymm9, %%ymm" #b "\n\t" "vpshufb %%ymm8, %%ymm9, %%ymm" #a "\n\t"                  \
+  "vpsllw $8, %%ymm8, %%ymm" #b "\n\t" "vpand %%ymm8, %%ymm9, %%ymm" #a "\n\t"                      \
+  "vpmaddwd 64(%0), %%ymm9, %%ymm" #b "\n\t" "vpmaddwd 96(%0), %%ymm9, %%ymm" #a "\n\t"              \
+  "vpaddd %%ymm8, %%ymm9, %%ymm" #b "\n\t" "vcvtdq2ps %%ymm8, %%ymm" #a "\n\t"                      \
+  "vbroadcastss 128(%0), %%ymm" #b "\n\t" "vmulps %%ymm8, %%ymm9, %%ymm" #b "\n\t"
+
+int main(void) {
+  buf = aligned_alloc(64, 4096);
+  for (int i = 0; i < 4096; ++i) buf[i] = 1;
+  {   /* the clock: four dependent adds a loop, one a cycle */
+    const long n = 300000000;
+    unsigned long x = 0;
+    double t = now();
+    for (long i = 0; i < n; ++i) __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
+    hz = 4.0 * n / (now() - t);
+  }
+  printf("core clock %.2f GHz (dependent adds)\ninstructions per cycle, independent:\n", hz / 1e9);
+  __asm__ volatile("vpxor %%ymm8, %%ymm8, %%ymm8\n\tvpxor %%ymm9, %%ymm9, %%ymm9" ::: "xmm8", "xmm9");
+  RUN("vpmaddwd", 8, EIGHT(M));
+  RUN("vpshufb", 8, EIGHT(S));
+  RUN("vpsrlvq", 8, EIGHT(V));
+  RUN("vpsllw", 8, EIGHT(L));
+  RUN("vcvtdq2ps", 8, EIGHT(C));
+  RUN("vmulps", 8, EIGHT(F));
+  RUN("vaddps", 8, EIGHT(A));
+  RUN("vpaddd", 8, EIGHT(I));
+  RUN("vpmaddwd + vmulps", 8, MIX(M, F));
+  RUN("vpmaddwd + vcvtdq2ps", 8, MIX(M, C));
+  RUN("vpmaddwd + vpshufb", 8, MIX(M, S));
+  RUN("vcvtdq2ps + vaddps", 8, MIX(C, A));
+  RUN("vcvtdq2ps + vmulps", 8, MIX(C, F));
+  RUN("vpshufb + vpsllw", 8, MIX(S, L));
+  RUN("256-bit loads", 8, LD(0, 0) LD(1, 32) LD(2, 64) LD(3, 96) LD(4, 128) LD(5, 160) LD(6, 192) LD(7, 224));
+  RUN("256-bit loads + broadcasts", 8, LD(0, 0) LD(1, 32) BC(2, 64) LD(3, 96) LD(4, 128) BC(5, 160) LD(6, 192) BC(7, 224));
+  printf("one-token MXFP4, a block's operations and loads without their dependences:\n");
+  /* (cycles per block: the inverse of the rate) */
+  {
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      const long n = 20000000;
+      double t = now();
+      for (long i = 0; i < n; ++i) __asm__ volatile(BLOCK(0, 1) BLOCK(2, 3) BLOCK(4, 5) BLOCK(6, 7) ::"r"(buf) : CLOBBER);
+      t = now() - t;
+      if (t < best) best = t;
+    }
+    printf("  %-44s %5.2f\n", "cycles per block", best * hz / (4.0 * 20000000));
+  }
+  free(buf);
+  return 0;
+}
