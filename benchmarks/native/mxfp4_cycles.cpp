@@ -4,28 +4,25 @@
 // memory (README, Benchmarks, the Zen 3 section; x86_pipes.c gives the
 // same operations' rate without their dependences). Activations at a
 // chosen offset from a 64-byte line (bytes; 16 and 48 split half of the
-// 32-byte loads). Cycles from a chain of dependent adds (one a cycle).
+// 32-byte loads). Cycles from core_clock.h.
 //
 //   g++ -O3 -std=c++17 -ffp-contract=off -Icsrc benchmarks/native/mxfp4_cycles.cpp
 //       csrc/formats.cpp csrc/quants.cpp -o mxfp4_cycles && ./mxfp4_cycles [offset]
 // (one command line)
 #include "rows_avx2_i16.cpp"
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <vector>
+
+#include "core_clock.h"
 
 // (what the included file needs from the rest of the extension: not called here)
 namespace gd {
 Impl resolve_impl(Impl i) { return i; }
 [[noreturn]] void float_weights_take_f32(Format) { std::abort(); }
 }  // namespace gd
-
-static double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int main(int argc, char** argv) {
   const size_t K = 2880, nc = K / 32, rows = 8;
@@ -34,14 +31,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "offset: an even number of bytes below 64, got %s\n", argv[1]);
     return 2;
   }
-  double hz;
-  {
-    const long n = 300000000;
-    unsigned long x = 0;
-    const double t = seconds();
-    for (long i = 0; i < n; ++i) __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
-    hz = 4.0 * n / (seconds() - t);
-  }
+  const double hz = core_hz();
   std::mt19937 rng(1);
   std::vector<uint8_t> W(rows * nc * 17);
   for (auto& b : W) b = uint8_t(rng());
@@ -56,14 +46,14 @@ int main(int argc, char** argv) {
   double sink = 0, best = 1e30;
   const int iters = int(20000000 / (rows * nc));
   for (int rep = 0; rep < 5; ++rep) {
-    const double t = seconds();
+    const double t = now_seconds();
     for (int it = 0; it < iters; ++it)
       for (size_t r = 0; r < rows; ++r) {
         gd::row_mxfp4<1>(W.data() + r * nc * 17, nc, a, out);
         sink += out[0];
         __asm__ volatile("" ::: "memory");
       }
-    best = std::min(best, seconds() - t);
+    best = std::min(best, now_seconds() - t);
   }
   std::printf("core clock %.2f GHz; row_mxfp4<1> in the L1, activations %zu bytes past a line: %.2f cycles per block (%g)\n",
               hz / 1e9, offset, best * hz / (double(iters) * rows * nc), sink);

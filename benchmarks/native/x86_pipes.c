@@ -3,36 +3,38 @@
    block (ten vector operations and four loads) issued without its
    dependences: the floor a block's chain of dependences is measured against
    (README, Benchmarks, the Zen 3 section; mxfp4_cycles.cpp times the kernel
-   itself). x86-64 with AVX2; cycles from a chain of dependent adds (one a
-   cycle), so the figures hold at whatever clock the core runs.
+   itself). x86-64 with AVX2; cycles from core_clock.h, so the figures hold
+   at whatever clock the core runs.
 
      gcc -O2 benchmarks/native/x86_pipes.c -o x86_pipes && ./x86_pipes */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-static double now(void) {
-  struct timespec a;
-  clock_gettime(CLOCK_MONOTONIC, &a);
-  return a.tv_sec + a.tv_nsec * 1e-9;
-}
+#include "core_clock.h"
 
 static char* buf;
 static double hz;
 
 #define CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "memory"
-/* each asm body holds `per` of what is counted; the best of three runs */
-#define RUN(name, per, body)                                                          \
+#define LOOPS 20000000L
+/* cycles per run of an asm body: the best of three runs of LOOPS */
+#define CYCLES(var, body)                                                             \
   do {                                                                                \
     double best = 1e30;                                                               \
     for (int r = 0; r < 3; ++r) {                                                     \
-      const long n = 20000000;                                                        \
-      double t = now();                                                               \
-      for (long i = 0; i < n; ++i) __asm__ volatile(body ::"r"(buf) : CLOBBER);     \
-      t = now() - t;                                                                  \
-      if (t < best) best = t;                                                         \
+      const double t = now_seconds();                                                 \
+      for (long i = 0; i < LOOPS; ++i) __asm__ volatile(body ::"r"(buf) : CLOBBER); \
+      const double s = now_seconds() - t;                                             \
+      if (s < best) best = s;                                                         \
     }                                                                                 \
-    printf("  %-44s %5.2f\n", name, (double)(per) * 20000000 / (best * hz));          \
+    var = best * hz / LOOPS;                                                          \
+  } while (0)
+/* each asm body holds `per` of what is counted: printed per cycle */
+#define RUN(name, per, body)                                \
+  do {                                                      \
+    double cycles;                                          \
+    CYCLES(cycles, body);                                   \
+    printf("  %-44s %5.2f\n", name, (double)(per) / cycles); \
   } while (0)
 
 /* independent instructions: sources ymm8, ymm9; each writes its own register */
@@ -64,13 +66,7 @@ static double hz;
 int main(void) {
   buf = aligned_alloc(64, 4096);
   for (int i = 0; i < 4096; ++i) buf[i] = 1;
-  {   /* the clock: four dependent adds a loop, one a cycle */
-    const long n = 300000000;
-    unsigned long x = 0;
-    double t = now();
-    for (long i = 0; i < n; ++i) __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
-    hz = 4.0 * n / (now() - t);
-  }
+  hz = core_hz();
   printf("core clock %.2f GHz (dependent adds)\ninstructions per cycle, independent:\n", hz / 1e9);
   __asm__ volatile("vpxor %%ymm8, %%ymm8, %%ymm8\n\tvpxor %%ymm9, %%ymm9, %%ymm9" ::: "xmm8", "xmm9");
   RUN("vpmaddwd", 8, EIGHT(M));
@@ -90,18 +86,9 @@ int main(void) {
   RUN("256-bit loads", 8, LD(0, 0) LD(1, 32) LD(2, 64) LD(3, 96) LD(4, 128) LD(5, 160) LD(6, 192) LD(7, 224));
   RUN("256-bit loads + broadcasts", 8, LD(0, 0) LD(1, 32) BC(2, 64) LD(3, 96) LD(4, 128) BC(5, 160) LD(6, 192) BC(7, 224));
   printf("one-token MXFP4, a block's operations and loads without their dependences:\n");
-  /* (cycles per block: the inverse of the rate) */
-  {
-    double best = 1e30;
-    for (int r = 0; r < 3; ++r) {
-      const long n = 20000000;
-      double t = now();
-      for (long i = 0; i < n; ++i) __asm__ volatile(BLOCK(0, 1) BLOCK(2, 3) BLOCK(4, 5) BLOCK(6, 7) ::"r"(buf) : CLOBBER);
-      t = now() - t;
-      if (t < best) best = t;
-    }
-    printf("  %-44s %5.2f\n", "cycles per block", best * hz / (4.0 * 20000000));
-  }
+  double cycles;
+  CYCLES(cycles, BLOCK(0, 1) BLOCK(2, 3) BLOCK(4, 5) BLOCK(6, 7));
+  printf("  %-44s %5.2f\n", "cycles per block", cycles / 4);
   free(buf);
   return 0;
 }
