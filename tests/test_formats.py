@@ -122,12 +122,14 @@ def test_int16_activations_keep_their_precision_at_any_magnitude(impl, fmt, scal
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("blocks", [16, 15, 3, 1])
+@pytest.mark.parametrize("blocks", [45, 16, 15, 3, 1])
 def test_batch_invariance(impl, fmt, blocks):
     """A token's products are the same bits alone, in a pair or among others:
-    the guarantee behind prefill = decode and batched = alone. Rows of 16,
-    15, 3 and 1 blocks: the one- and two-token loops take blocks four at a
-    time, then in pairs, then one (AVX-512's MXFP4 and Q8_0 take eight
+    the guarantee behind prefill = decode and batched = alone. Rows of 45,
+    16, 15, 3 and 1 blocks: the one- and two-token loops take blocks four at a
+    time, then in pairs, then one (AVX2's full 8-token MXFP4 tiles take 32
+    blocks of a group of rows at a time, then the rest, then an odd last
+    block alone; AVX-512's MXFP4 and Q8_0 take eight
     blocks per register, decode's one to three tokens by the bytes of the
     activations (the split form: MXFP4 up to 3, Q8_0 up to 2), and two rows
     at a time from 4 tokens on: 19 tokens, 25 rows, so a row is left alone
