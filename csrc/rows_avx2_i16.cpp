@@ -302,16 +302,16 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
 // MXFP4's full tiles (kTokenTile tokens) over rows [n0, n1): a the tile's
 // activations, Y its first token's outputs. A full tile's activations (8
 // tokens of a 2880-wide row: 46 KB of int16) outgrow the L1, and row after
-// row read them all again from the L2: here a group of rows takes its
-// blocks a stretch at a time (kStretch blocks: 16 KB of the tile's
-// activations, which stay in the L1 while the group's rows pass over
-// them), each row's accumulators kept in memory between stretches. A store
-// and a load change no bits: every token's sums are formed in the same
-// order as row_mxfp4 forms them. One thread, 2880 x 2880 in the L3, cycles
-// per token and block: 64 tokens 3.05 -> 2.65, 32 tokens 2.85 -> 2.61, 256
-// tokens 2.97 -> 2.79, 16 tokens unchanged; the 20b's prefill of 512 tokens
-// 1.10x (1.05 .. 1.17; AMD EPYC Zen 3, 2 threads). Q8_0's tiles the same
-// way: 0.99x, so they keep rows_by_tiles.
+// row read them all again, from the L2 or, once a product's tiles together
+// outgrow it, from beyond: here a group of rows takes its blocks a stretch
+// at a time (kStretch blocks: 16 KB of the tile's activations, which stay
+// in the L1 while the group's rows pass over them), each row's accumulators
+// kept in memory between stretches. A store and a load change no bits:
+// every token's sums are formed in the same order as row_mxfp4 forms them.
+// One thread, 2880 x 2880 in the L3, cycles per token and block: 64 tokens
+// 3.05 -> 2.65, 32 tokens 2.85 -> 2.61, 256 tokens 2.97 -> 2.79; the 20b's
+// prefill of 512 tokens 1.10x (1.05 .. 1.17; AMD EPYC Zen 3, 2 threads).
+// Q8_0's tiles the same way: 0.99x, so they keep rows_by_tiles.
 AVX2 void mxfp4_full_tiles(const uint8_t* W, size_t n0, size_t n1, size_t n_chunks, const I16Acts& a, float* Y,
                            size_t ldy, const float* bias) {
   constexpr int TT = kTokenTile;
@@ -342,11 +342,17 @@ AVX2 void mxfp4_full_tiles(const uint8_t* W, size_t n0, size_t n1, size_t n_chun
   }
 }
 
+// From how many bytes of a product's activations mxfp4_full_tiles pays:
+// where the L2 no longer keeps every tile's beside the rows (32 tokens of a
+// 2880-wide row, 184 KB: 1.05-1.09x); at 8 and 16 tokens (46 and 92 KB)
+// 0.88-1.01x (benchmarks/native/mxfp4_tiles.cpp).
+constexpr size_t kStretchesFrom = size_t(128) << 10;
+
 }  // namespace
 
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                    float* Y, size_t ldy, const float* bias) {
-  if (f == Format::MXFP4 && T >= kTokenTile) {
+  if (f == Format::MXFP4 && T >= kTokenTile && T * K * sizeof(int16_t) >= kStretchesFrom) {
     // full tiles by mxfp4_full_tiles, a last partial one as below
     const size_t nc = K / 32, full = T - T % kTokenTile;
     for (size_t t0 = 0; t0 < full; t0 += kTokenTile)

@@ -127,9 +127,7 @@ def test_batch_invariance(impl, fmt, blocks):
     """A token's products are the same bits alone, in a pair or among others:
     the guarantee behind prefill = decode and batched = alone. Rows of 45,
     16, 15, 3 and 1 blocks: the one- and two-token loops take blocks four at a
-    time, then in pairs, then one (AVX2's full 8-token MXFP4 tiles take 32
-    blocks of a group of rows at a time, then the rest, then an odd last
-    block alone; AVX-512's MXFP4 and Q8_0 take eight
+    time, then in pairs, then one (AVX-512's MXFP4 and Q8_0 take eight
     blocks per register, decode's one to three tokens by the bytes of the
     activations (the split form: MXFP4 up to 3, Q8_0 up to 2), and two rows
     at a time from 4 tokens on: 19 tokens, 25 rows, so a row is left alone
@@ -149,6 +147,29 @@ def test_batch_invariance(impl, fmt, blocks):
             few = np.empty((n, 25), np.float32)
             _kernels.matmul(fmt, raw, x[t:t + n], few, None, impl)
             np.testing.assert_array_equal(few, batch[t:t + n])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("T,k", [(48, 45 * 32), (15, 512 * 32)])
+def test_batch_invariance_of_long_mxfp4_products(impl, T, k):
+    """Products whose activations outgrow the L2 (48 tokens of a 1,440-wide
+    row: 135 KB of int16) change their loop order on AVX2: each full tile
+    takes a group of rows 32 blocks at a time, then the rest, then an odd
+    last block alone, the accumulators kept between stretches; a last,
+    partial tile (7 tokens of a 16,384-wide row: 229 KB on their own) takes
+    the rows whole. A token's bits stay those of its products alone."""
+    rng = np.random.default_rng(12)
+    raw, w = quantized(rng, "mxfp4", 40, k)
+    x = rng.standard_normal((T, k)) * 2.0 ** rng.integers(-12, 12, (T, k // 32)).repeat(32, axis=1)
+    x = x.astype(np.float32)
+    batch = np.empty((T, 40), np.float32)
+    _kernels.matmul("mxfp4", raw, x, batch, None, impl)
+    for t in (0, 7, 8, T - 3, T - 1):
+        alone = np.empty((1, 40), np.float32)
+        _kernels.matmul("mxfp4", raw, x[t:t + 1], alone, None, impl)
+        np.testing.assert_array_equal(alone, batch[t:t + 1])
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(batch, ref, rtol=0, atol=1e-3 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("impl", IMPLS)
