@@ -211,7 +211,8 @@ AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a
     }
   }
   mxfp4_pairs<TT>(blk, (n_chunks - c) / 2, q, e, acc);
-  if (n_chunks % 2) mxfp4_last<TT>(row + (n_chunks - 1) * 17, a.q + (n_chunks - 1) * 32 * TT, a.e + (n_chunks - 1) * TT, acc);
+  const size_t last = n_chunks - 1;
+  if (n_chunks % 2) mxfp4_last<TT>(row + last * 17, a.q + last * 32 * TT, a.e + last * TT, acc);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]);
 }
@@ -315,7 +316,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
 AVX2 void mxfp4_full_tiles(const uint8_t* W, size_t n0, size_t n1, size_t n_chunks, const I16Acts& a, float* Y,
                            size_t ldy, const float* bias) {
   constexpr int TT = kTokenTile;
-  constexpr size_t kGroupRows = 32, kStretch = 32;   // (kStretch: blocks, even: whole pairs; 16 to 64 within 4%)
+  constexpr size_t kGroupRows = 32, kStretch = 32;   // (kStretch: blocks, even: whole pairs; 16 to 64 within 5%)
   const size_t rb = n_chunks * 17, paired = n_chunks - n_chunks % 2;   // (an odd last block after the stretches)
   __m256 kept[kGroupRows][TT];
   for (size_t g0 = n0; g0 < n1; g0 += kGroupRows) {
@@ -358,6 +359,7 @@ void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, c
     for (size_t t0 = 0; t0 < full; t0 += kTokenTile)
       mxfp4_full_tiles(W, n0, n1, nc, acts_from(a, t0 * nc), Y + t0 * ldy, ldy, bias);
     if (full == T) return;
+    // (acts_from leaves out the split form: the AVX-512 rows' alone)
     return rows_avx2_i16(f, W, n0, n1, K, acts_from(a, full * nc), T - full, Y + full * ldy, ldy, bias);
   }
   rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
