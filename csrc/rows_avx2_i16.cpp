@@ -169,9 +169,12 @@ AVX2 inline void mxfp4_pairs(const uint8_t* blk, size_t n, const int16_t* q, con
   for (size_t p = 0; p < n; ++p, blk += 34, q += 64 * TT, e += 2 * TT) mxfp4_pair<TT>(blk, q, e, acc);
 }
 
-// An odd last block alone (blk: the block; q, e: its activations).
+// A row's odd last block c alone (a: the tile's activations).
 template <int TT>
-AVX2 inline void mxfp4_last(const uint8_t* blk, const int16_t* q, const int32_t* e, __m256* acc) {
+AVX2 inline void mxfp4_last(const uint8_t* row, size_t c, const I16Acts& a, __m256* acc) {
+  const uint8_t* blk = row + c * 17;
+  const int16_t* q = a.q + c * 32 * TT;
+  const int32_t* e = a.e + c * TT;
   __m256i f0, s0;
   load_codes<Format::MXFP4>(blk, 0, f0, s0);
   GD_EACH_TOKEN
@@ -211,8 +214,7 @@ AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a
     }
   }
   mxfp4_pairs<TT>(blk, (n_chunks - c) / 2, q, e, acc);
-  const size_t last = n_chunks - 1;
-  if (n_chunks % 2) mxfp4_last<TT>(row + last * 17, a.q + last * 32 * TT, a.e + last * TT, acc);
+  if (n_chunks % 2) mxfp4_last<TT>(row, n_chunks - 1, a, acc);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]);
 }
@@ -335,8 +337,7 @@ AVX2 void mxfp4_full_tiles(const uint8_t* W, size_t n0, size_t n1, size_t n_chun
       }
     }
     for (size_t r = 0; r < rows; ++r) {
-      const size_t c = n_chunks - 1;
-      if (paired < n_chunks) mxfp4_last<TT>(W + (g0 + r) * rb + c * 17, a.q + c * 32 * TT, a.e + c * TT, kept[r]);
+      if (paired < n_chunks) mxfp4_last<TT>(W + (g0 + r) * rb, n_chunks - 1, a, kept[r]);
       const float b = bias ? bias[g0 + r] : 0.f;
       for (int t = 0; t < TT; ++t) Y[t * ldy + g0 + r] = hsum_avx2(kept[r][t]) + b;
     }
@@ -353,19 +354,22 @@ constexpr size_t kStretchesFrom = size_t(128) << 10;
 
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                    float* Y, size_t ldy, const float* bias) {
-  if (f == Format::MXFP4 && T >= kTokenTile && T * K * sizeof(int16_t) >= kStretchesFrom) {
-    // full tiles by mxfp4_full_tiles, a last partial one as below
-    const size_t nc = K / 32, full = T - T % kTokenTile;
+  // MXFP4's full tiles in stretches (mxfp4_full_tiles) where they pay, the
+  // rest (all of it elsewhere) by the rows whole
+  const size_t nc = K / 32;
+  size_t full = 0;
+  if (f == Format::MXFP4 && T * K * sizeof(int16_t) >= kStretchesFrom) {
+    full = T - T % kTokenTile;
     for (size_t t0 = 0; t0 < full; t0 += kTokenTile)
       mxfp4_full_tiles(W, n0, n1, nc, acts_from(a, t0 * nc), Y + t0 * ldy, ldy, bias);
-    if (full == T) return;
-    // (acts_from leaves out the split form: the AVX-512 rows' alone)
-    return rows_avx2_i16(f, W, n0, n1, K, acts_from(a, full * nc), T - full, Y + full * ldy, ldy, bias);
   }
-  rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
-    if constexpr (decltype(F)::value == Format::MXFP4) row_mxfp4<decltype(TT)::value>(args...);
-    else row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
-  });
+  if (full == T) return;
+  // (acts_from(a, 0) is a but for the split form, the AVX-512 rows' alone)
+  rows_i16_by_tiles(f, W, n0, n1, K, acts_from(a, full * nc), T - full, Y + full * ldy, ldy, bias,
+                    [](auto F, auto TT, auto... args) {
+                      if constexpr (decltype(F)::value == Format::MXFP4) row_mxfp4<decltype(TT)::value>(args...);
+                      else row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
+                    });
 }
 
 }  // namespace gd
