@@ -1,6 +1,7 @@
 """goosedump: run GPT-OSS models from their GGUF files on a CPU, in bounded memory.
 
-The parser of every subcommand; commands.py (and bench.py, server/) run them.
+The parser of every subcommand; commands.py, file_commands.py, bench.py and
+server/ run them.
 llama.cpp's and ollama's spellings are accepted beside goosedump's own:
 -m/--model, -c/--ctx-size, -t/--threads, -s/--seed (-1: random), -f/--file,
 --n-predict (-1: until the end), --temp, --repeat-penalty, and
@@ -11,7 +12,7 @@ import argparse
 import os
 import sys
 
-from . import commands
+from . import commands, file_commands
 from .bench import cmd_bench
 from .budget import ENV_EXPERT_CACHE, SizeError
 from .commands import UsageError
@@ -217,22 +218,22 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     b.add_argument("--json", action="store_true", help="print one JSON object")
     _add_profile(b)
 
-    i = add("inspect", "describe a model file and the memory a run needs", commands.cmd_inspect)
+    i = add("inspect", "describe a model file and the memory a run needs", file_commands.cmd_inspect)
     _add_model(i)
     _add_expert_cache(i)
     i.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", type=int, default=4096,
                    help="context length for the estimate (default 4096)")
     i.add_argument("--json", action="store_true", help="print one JSON object")
 
-    pu = add("pull", "download a model by name into the Hugging Face cache, without running it", commands.cmd_pull)
+    pu = add("pull", "download a model by name into the Hugging Face cache, without running it", file_commands.cmd_pull)
     _add_model(pu)
-    ls = add("list", "the GGUF models in the Hugging Face cache, with their sizes", commands.cmd_list)
+    ls = add("list", "the GGUF models in the Hugging Face cache, with their sizes", file_commands.cmd_list)
     ls.add_argument("--json", action="store_true", help="print one JSON object")
 
     from .recipes import DEFAULT_RECIPE, RECIPES
     from .synth import PRESETS
     s = add("synth", "write a synthetic GPT-OSS GGUF (real layout and vocabulary, random weights)",
-            commands.cmd_synth)
+            file_commands.cmd_synth)
     s.add_argument("--preset", choices=sorted(PRESETS), required=True,
                    help="tiny (4 layers, 8 experts, 39 MB), tiny-120b (120b's 36 layers x 128 experts at tiny "
                         "widths), 20b (the real layout: 12.1 GB in the mxfp4 recipe), 120b (about 65 GB)")
@@ -250,12 +251,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                         "as in trained models (default: uniform)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    pl = add("plot", "draw a profile (from --profile-out) as PNG pictures", commands.cmd_plot)
+    pl = add("plot", "draw a profile (from --profile-out) as PNG pictures", file_commands.cmd_plot)
     pl.add_argument("profile", help="a JSON file written by run/bench --profile-out")
     pl.add_argument("--out", default=None, metavar="DIR",
                     help="folder for the pictures (created if missing; default: the profile's own folder)")
 
-    cs = add("cache-sim", "replay a routing trace against each cache policy and budget", commands.cmd_cache_sim)
+    cs = add("cache-sim", "replay a routing trace against each cache policy and budget", file_commands.cmd_cache_sim)
     cs.add_argument("trace", help="a file written by goosedump run --routing-trace")
     cs.add_argument("--budget", action="append", metavar="SIZE",
                     help="expert cache budget (repeatable; default: 1/8, 1/4 and 1/2 of the trace model's "
