@@ -43,7 +43,7 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
 
 // Whether they are grouped instead: MXFP4 and Q8_0 on AVX-512, whose
 // kernels take eight blocks per vector, four activations of each
-// (rows_avx512.cpp's rows_grouped). Blocks in groups of eight (the row's
+// (rows_avx512_grouped.cpp's rows_grouped). Blocks in groups of eight (the row's
 // last group padded with zero blocks), each tile's groups one after
 // another, a group holding its 256 activations per token: run v of four
 // (activations grouped_slot(v, 0..3), v = 0..7) of each of its eight
@@ -62,7 +62,7 @@ constexpr size_t grouped_slot(size_t v, size_t i) { return 2 * i + (v & 1) + 16 
 inline size_t grouped_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
 
 // The grouped activations of a few tokens (decode's: split_tokens) split into
-// bytes, for MXFP4's and Q8_0's products by vpdpbusd (rows_avx512.cpp's
+// bytes, for MXFP4's and Q8_0's products by vpdpbusd (rows_avx512_grouped.cpp's
 // row_split), in the grouped form's order (each group's tokens in turn): per
 // group of kGroup blocks, byte i of lane l of vector V belongs to the code
 // q = 256 hi + lo that the grouped form holds at 32 (2V + i % 2) + 2 l + i / 2

@@ -205,7 +205,7 @@ void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                    float* Y, size_t ldy, const float* bias);
 
-// AVX-512 F/BW/VL (rows_avx512.cpp); only called when the CPU has it. Its
+// AVX-512 F/BW/VL (rows_avx512.cpp, rows_avx512_grouped.cpp); only called when the CPU has it. Its
 // fp32 rows are AVX2's.
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias);

@@ -32,6 +32,9 @@ from test_neon import (ATTENTION_CASES, CSRC, FORMATS, FLOATS, NO_CONTRACT, ROOT
 
 CXX = "g++"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
+# The files whose intrinsics the emulated build maps to SIMDe's (the .cpp files
+# are compiled with that map; the header is included by rows_avx512_grouped.cpp).
+AVX512_FILES = ("rows_avx512.cpp", "rows_avx512_grouped.cpp", "rows_avx512_groups.h", "rows_avx512.h")
 INSTALL = "apt-get install libsimde-dev"
 SHAPES = [(1, 32, 1), (5, 64, 3), (7, 96, 5), (6, 160, 2), (4, 224, 11), (9, 224, 17), (17, 256, 8), (9, 512, 9),
           (33, 2880, 13), (6, 2880, 21)]
@@ -73,7 +76,8 @@ static inline simde__m512 simde_mm512_cvtph_ps(simde__m256i a) {
 def emulation_header(out: Path) -> Path:
     """SIMDe's AVX-512 under the names the kernels use (SIMDe's own aliases
     miss or misname a few in the Debian version)."""
-    names = sorted(set(INTRINSIC.findall((CSRC / "rows_avx512.cpp").read_text())))
+    text = "".join((CSRC / name).read_text() for name in AVX512_FILES)
+    names = sorted(set(INTRINSIC.findall(text)))
     assert "_mm512_madd_epi16" in names and "__m512i" in names
     lines = ["#pragma once", "#include <simde/x86/avx512.h>", "#include <simde/simde-f16.h>", MISSING]
     lines += [f"#undef {n}\n#define {n} simde{n}" for n in names]
@@ -97,7 +101,7 @@ def avx512_check(tmp_path_factory) -> Path:
         flags = ["-std=c++17", "-O2", "-mavx2", "-mfma", "-mf16c", "-Wall", "-Wextra", "-Werror",
                  "-Wno-unused-parameter", "-Wno-psabi", f"-I{CSRC}", "-DGD_PATH=Avx512",
                  "-DGOOSEDUMP_AVX512_EMULATED"]
-        if name == "rows_avx512":
+        if f"{name}.cpp" in AVX512_FILES:
             flags += ["-include", str(shim)]
         if name in NO_CONTRACT:
             flags.append("-ffp-contract=off")

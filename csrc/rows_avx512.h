@@ -1,0 +1,39 @@
+// Internal to the AVX-512 row kernels: rows_avx512.cpp (the chunk loop of
+// every block format, and the entry) and rows_avx512_grouped.cpp (MXFP4 and
+// Q8_0 eight blocks per vector, and decode's split form): the target
+// attribute and what the entry calls.
+#pragma once
+#if defined(__x86_64__) || defined(__i386__)
+// GCC 12's AVX-512 intrinsics initialize their undefined vectors from
+// themselves, which -W(maybe-)uninitialized reports once inlined into target-
+// attribute functions (GCC bug 105593, fixed in 13): a false alarm.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef GOOSEDUMP_AVX512_EMULATED
+#include <immintrin.h>
+// (tests/test_avx512.py compiles this file with GOOSEDUMP_AVX512_EMULATED and
+// SIMDe's portable AVX-512 in place of the instructions, on CPUs without
+// them: the functions then take AVX2's target)
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+#else
+#define AVX512 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+#include <cstring>
+
+#include "formats.h"
+#include "matmul.h"
+#include "quants.h"
+#include "rows.h"
+#include "rows_x86.h"
+
+namespace gd {
+
+// MXFP4's and Q8_0's rows [n0, n1) against T tokens (a: their grouped
+// activations, ActView::grouped, or at decode's few tokens their split
+// form): rows_avx512_i16's contract (rows.h).
+void rows_avx512_grouped(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                         float* Y, size_t ldy, const float* bias);
+
+}  // namespace gd
+#endif

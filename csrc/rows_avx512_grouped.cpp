@@ -1,0 +1,284 @@
+// AVX-512's MXFP4 and Q8_0 rows (see rows_avx512.cpp for the path and its
+// order of the float steps): eight blocks per vector by vpdpwssd
+// (rows_grouped), and at decode's few tokens vpdpbusd on the activations'
+// bytes (row_split).
+#include "rows_avx512_groups.h"
+#if defined(__x86_64__) || defined(__i386__)
+
+namespace gd {
+namespace {
+
+using namespace x86;
+
+// A tile's grouped activations from one group on (q: 256 int16 per token,
+// e, d: eight blocks' scales per token).
+struct GroupActs {
+  const int16_t* q;
+  const int32_t* e;
+  const float* d;
+  GroupActs at(size_t groups, size_t tile) const {
+    return {q + 32 * kGroup * groups * tile, e + kGroup * groups * tile, d + kGroup * groups * tile};
+  }
+};
+
+// One group (blocks of it: 8, or fewer for a row's last) of R rows (1 or 2)
+// against TT tokens, into one accumulator per token for both rows (lane 2p
+// row 0's block p of every group so far, 2p + 1 row 1's): the group's
+// activations loaded once for both rows, and a pair's sixteen accumulators
+// of 8 tokens halved to eight, which stay in registers (GCC had kept ten
+// of sixteen on the stack, a load and a store per add). MXFP4 scales a
+// token's block sums by vscalefps (mxfp4_group); Q8_0 multiplies the
+// weights' fp16 scales by the activations' 2^-k and adds the sums times
+// that by one FMA.
+template <Format F, int R, int TT>
+AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const GroupActs& a, const Mxfp4Consts& c,
+                              __m512 (&acc)[TT]) {
+  static_assert(F == Format::MXFP4 || F == Format::Q8_0);
+  __m512i w[R][8], ew[R];
+  __m512 dw[R];
+  for (int r = 0; r < R; ++r) {
+    if constexpr (F == Format::MXFP4) mxfp4_group(blks[r], blocks, c, w[r], ew[r]);
+    else q8_group(blks[r], blocks, w[r], dw[r]);
+  }
+  // (each block's scale in its two lanes: the pair's are row 0's in the
+  // even lanes, row 1's in the odd ones)
+  __m512i ewp = ew[0];
+  __m512 dwp = dw[0];
+  if constexpr (R == 2) {
+    if constexpr (F == Format::MXFP4) ewp = interleave_rows(ew[0], ew[1]);
+    else dwp = interleave_rows(dw[0], dw[1]);
+  }
+  const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) {
+    __m512i s[R];
+    group_sums<R>(w, a.q + 32 * kGroup * t, s);
+    const __m512 x = block_sums<F, R>(s);
+    if constexpr (F == Format::MXFP4) {
+      const __m512i et = _mm512_permutexvar_epi32(
+          each2, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.e + kGroup * t))));
+      acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(x, _mm512_cvtepi32_ps(_mm512_add_epi32(ewp, et))));
+    } else {
+      const __m512 dt = _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(a.d + kGroup * t)));
+      acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(dwp, dt), acc[t]);
+    }
+  }
+}
+
+// A row's sum from the accumulator's even lanes and the next row's from
+// its odd lanes, by one fixed reduction (halves, quarters, ...: lanes of a
+// parity added to lanes of the same parity): a row's sum is the same bits
+// whether it ran alone (R = 1: both parities hold it) or in a pair.
+AVX512 inline void hsum_rows(__m512 v, float& even, float& odd) {
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE)));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  even = _mm_cvtss_f32(q);
+  odd = _mm_cvtss_f32(_mm_movehdup_ps(q));
+}
+
+// R rows (1 or 2) against TT tokens (a: the tile's grouped activations from
+// the rows' first group on): one accumulator per token for both rows,
+// whatever the tile (two, for even and odd groups, measured 0.92x at one
+// token: the group's chained vpdpwssd, not the adds, set the pace); out[r]
+// row r's sums. Two rows load each
+// group's activations once for both: where a product reads its rows again
+// for several tiles (they are in the L2 then), each tile's activations (46
+// KB of int16 for 8 tokens of a 2880-wide row) are read once per pair.
+template <Format F, int R, int TT>
+AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, GroupActs a, size_t tile,
+                                float out[2][kTokenTile]) {
+  constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
+  const Mxfp4Consts c = mxfp4_consts();
+  __m512 acc[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a = a.at(1, tile)) {
+    const uint8_t* blks[R];
+    for (int r = 0; r < R; ++r) blks[r] = rows[r] + off;
+    if constexpr (R == 1 && TT <= 2)   // decode streams the row
+      for (size_t b = 0; b < gb; b += 64) __builtin_prefetch(blks[0] + kPrefetchAhead + b, 0, 3);
+    group_rows<F, R, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc);
+  }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) {
+    float odd;   // (R = 1: the same sum again)
+    hsum_rows(acc[t], out[0][t], R == 2 ? out[1][t] : odd);
+  }
+}
+
+// MXFP4 and Q8_0 at up to 3 tokens by vpdpbusd, from the activations'
+// split form (SplitGroup), against the codes' low bytes (unsigned) and their
+// high bytes (signed); 256 times the second sum plus the first is the exact
+// sum of the same sixteen products as group_sums' lane, so a row's sums are
+// the same bits as rows_grouped<F, 1, TT>'s. vpdpbusd takes one side
+// unsigned: MXFP4's values plus 12 (0..24, as valid an unsigned byte as a
+// signed one) against both, less 12 times the lane's codes; Q8_0's codes as
+// they are against the low bytes and plus 128 (each byte's top bit
+// flipped) against the high ones, less 128 times the high bytes' sum. Each
+// sum starts from its offset's share. MXFP4's lanes hold the products once,
+// not 256 times (SplitGroup::e adds the 8 to the exponent). A fifth fewer
+// vector operations a group than rows_grouped: no shifts and masks making
+// int16 of the values, no spreading of the activations' scales (one token
+// MXFP4 1.18-1.24x in the L3, one thread, AMD Zen 4). R rows as
+// rows_grouped's (block_sums: the same bits for one row or two): MXFP4
+// takes two, loading each group's activations once for both (the loads set
+// the pace: from memory with kPrefetchFar 1.04-1.15x on 2 threads, 1.22x on
+// one, in the L3 1.10-1.17x; the 20b's experts at decode 1.19x); Q8_0, whose
+// rows keep pace with the memory alone, one (a pair 0.74-0.76x).
+template <Format F, int R, int TT>
+AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, const SplitGroup* a,
+                             float out[2][kTokenTile]) {
+  static_assert(F == Format::MXFP4 || F == Format::Q8_0);
+  constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
+  const Mxfp4Consts c = mxfp4_consts();
+  const __m512i table = _mm512_add_epi8(c.table, _mm512_set1_epi8(12));
+  __m512 acc[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a += TT) {
+    const int blocks = int(std::min(kGroup, n_chunks - g));   // (a tail group: zero codes, zero activations)
+    __m512i w[R][4], wu[R][4], ew[R];   // the values as the low bytes' and the high bytes' partners
+    __m512 dw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = rows[r] + off;
+      for (size_t b = 0; b < gb; b += 64) {
+        __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
+        __builtin_prefetch(blk + kPrefetchFar + b, 0, 2);
+      }
+      if constexpr (F == Format::MXFP4) {
+        mxfp4_values(blk, blocks, c, table, w[r], ew[r]);
+        for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
+      } else {
+        q8_codes(blk, blocks, w[r], dw[r]);
+        for (int v = 0; v < 4; ++v) wu[r][v] = _mm512_xor_si512(w[r][v], _mm512_set1_epi8(int8_t(0x80)));
+      }
+    }
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t) {
+      const SplitGroup& at = a[t];
+      __m512i lo[R], hi[R];
+      for (int r = 0; r < R; ++r) lo[r] = _mm512_load_si512(at.c), hi[r] = _mm512_setzero_si512();
+      for (int v = 0; v < 4; ++v) {
+        __m512i al = _mm512_load_si512(at.lo[v]), ah = _mm512_load_si512(at.hi[v]);
+#ifndef GOOSEDUMP_AVX512_EMULATED
+        if constexpr (R > 1) asm("" : "+v"(al), "+v"(ah));   // (one load for both rows, as group_sums)
+#endif
+        for (int r = 0; r < R; ++r) {
+          lo[r] = _mm512_dpbusd_epi32(lo[r], al, w[r][v]);
+          hi[r] = _mm512_dpbusd_epi32(hi[r], wu[r][v], ah);
+        }
+      }
+      __m512i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm512_add_epi32(_mm512_slli_epi32(hi[r], 8), lo[r]);
+      const __m512 x = block_sums<F, R>(s);
+      if constexpr (F == Format::MXFP4) {
+        const __m512i e0 = R == 2 ? interleave_rows(ew[0], ew[R - 1]) : ew[0];
+        const __m512i e = _mm512_add_epi32(e0, _mm512_load_si512(at.e));
+        acc[t] = _mm512_add_ps(acc[t], _mm512_scalef_ps(x, _mm512_cvtepi32_ps(e)));
+      } else {
+        const __m512 d0 = R == 2 ? interleave_rows(dw[0], dw[R - 1]) : dw[0];
+        acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(d0, _mm512_load_ps(at.d)), acc[t]);
+      }
+    }
+  }
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) {
+    float odd;   // (R = 1: the same sum again)
+    hsum_rows(acc[t], out[0][t], R == 2 ? out[1][t] : odd);
+  }
+}
+
+}  // namespace
+
+// Per group: code vectors 2v and 2v + 1 of the grouped form (32 int16
+// each) give the split form's vector v, their low bytes interleaved into
+// lo (byte 2j of lo: vector 2v's code j, byte 2j + 1: vector 2v + 1's) and
+// their high bytes into hi by one vpermt2b each; lane l's sums by vpmaddwd
+// against ones (codes 2l and 2l + 1 of each vector).
+struct SplitPicks {
+  alignas(64) uint8_t lo[64], hi[64];
+};
+constexpr SplitPicks split_picks() {
+  SplitPicks p{};
+  for (int j = 0; j < 32; ++j) {
+    p.lo[2 * j] = uint8_t(2 * j), p.lo[2 * j + 1] = uint8_t(64 + 2 * j);
+    p.hi[2 * j] = uint8_t(2 * j + 1), p.hi[2 * j + 1] = uint8_t(64 + 2 * j + 1);
+  }
+  return p;
+}
+static constexpr SplitPicks kSplitPicks = split_picks();
+
+AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const int32_t* e, size_t groups,
+                              SplitGroup* out) {
+  const __m512i pick_lo = _mm512_load_si512(kSplitPicks.lo), pick_hi = _mm512_load_si512(kSplitPicks.hi);
+  const __m512i ones = _mm512_set1_epi16(1);
+  const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  for (size_t g = 0; g < groups; ++g, q += kGroup * 32, d += kGroup, e += kGroup) {
+    SplitGroup& s = out[g];
+    __m512i sum = _mm512_setzero_si512(), sum_hi = _mm512_setzero_si512();
+    for (int v = 0; v < 4; ++v) {
+      const __m512i a = _mm512_loadu_si512(q + 64 * v), b = _mm512_loadu_si512(q + 64 * v + 32);
+      _mm512_store_si512(s.lo[v], _mm512_permutex2var_epi8(a, pick_lo, b));
+      _mm512_store_si512(s.hi[v], _mm512_permutex2var_epi8(a, pick_hi, b));
+      sum = _mm512_add_epi32(sum, _mm512_add_epi32(_mm512_madd_epi16(a, ones), _mm512_madd_epi16(b, ones)));
+      sum_hi = _mm512_add_epi32(sum_hi, _mm512_add_epi32(_mm512_madd_epi16(_mm512_srai_epi16(a, 8), ones),
+                                                         _mm512_madd_epi16(_mm512_srai_epi16(b, 8), ones)));
+    }
+    if (f == Format::MXFP4) {
+      _mm512_store_si512(s.c, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-12)));
+      const __m256i e8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e));
+      const __m512i ev = _mm512_permutexvar_epi32(each2, _mm512_castsi256_si512(e8));
+      _mm512_store_si512(s.e, _mm512_add_epi32(ev, _mm512_set1_epi32(8)));
+    } else {
+      _mm512_store_si512(s.c, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), sum_hi), 15));
+      _mm512_store_ps(s.d, _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(d))));
+    }
+  }
+}
+
+void rows_avx512_grouped(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                         float* Y, size_t ldy, const float* bias) {
+  const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
+  // Rows in pairs where a pair shares each group's activations. The
+  // grouped form pairs from 4 tokens on (with eight blocks per group one
+  // row's weights fill eight registers, and one row against 8 tokens
+  // measured 0.70x of a pair on AMD Zen 4); below that its rows stream
+  // from memory alone (two interleaved streams had prefetched worse: MXFP4
+  // four blocks per group 0.82x). Decode's split form (T <= kSplitTokens:
+  // one tile) pairs MXFP4's rows, whose loads set the pace, and keeps
+  // Q8_0's alone (row_split).
+  const size_t pair = a.split ? (f == Format::MXFP4 ? 2 : 1) : (T >= 4 ? 2 : 1);
+  float out[2][kTokenTile];
+  for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
+    const size_t tt = std::min(kTokenTile, T - t0);
+    const GroupActs ga{a.q + t0 * nbp * 32, a.e + t0 * nbp, a.d + t0 * nbp};
+    for (size_t n = n0; n < n1; n += pair) {
+      const size_t R = std::min(pair, n1 - n);
+      const uint8_t* rows[2] = {W + n * rb, W + (n + R - 1) * rb};
+      auto run = [&](auto F) {
+        with_tile(tt, [&](auto TT) {
+          constexpr Format f_ = decltype(F)::value;
+          constexpr int tt_ = decltype(TT)::value;
+          if (a.split) {
+            if constexpr (tt_ <= kSplitTokens) {
+              if (R == 1) row_split<f_, 1, tt_>(rows, nc, a.split, out);
+              else if constexpr (f_ == Format::MXFP4) row_split<f_, 2, tt_>(rows, nc, a.split, out);
+            }
+          } else if (R == 2) {
+            rows_grouped<f_, 2, tt_>(rows, nc, ga, tt, out);
+          } else {
+            rows_grouped<f_, 1, tt_>(rows, nc, ga, tt, out);
+          }
+        });
+      };
+      if (f == Format::MXFP4) run(std::integral_constant<Format, Format::MXFP4>{});
+      else run(std::integral_constant<Format, Format::Q8_0>{});
+      for (size_t r = 0; r < R; ++r)
+        for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n + r] = out[r][t] + (bias ? bias[n + r] : 0.f);
+    }
+  }
+}
+
+}  // namespace gd
+#endif
