@@ -36,69 +36,14 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .config import ModelConfig
+from .expert_slots import PAGE, PIECES, ExpertView, StoreStats, slot_layout
 from .gguf import GGMLType, GGUFFile
 
-PIECES = ("ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
-          "ffn_down_exps.weight", "ffn_down_exps.bias")
 _NO_LOCK = contextlib.nullcontext()
-_PAGE = 4096  # O_DIRECT reads: file offsets, lengths and buffers aligned to this
-
-
-def slot_layout(f: GGUFFile, c: ModelConfig) -> tuple[dict[str, int], int]:
-    """Offsets of the six pieces' regions inside a slot and the slot's size.
-    A region is page-aligned and one page longer than its piece rounded up to
-    pages: a direct read covers the piece's pages whole, and the piece starts
-    at its offset within its first page."""
-    offsets, size = {}, 0
-    for name in PIECES:
-        offsets[name] = size
-        size += -(-(f.tensors[f"blk.0.{name}"].nbytes // c.n_expert) // _PAGE) * _PAGE + _PAGE
-    return offsets, size
 
 
 class ExpertReadError(OSError):
     """Reading an expert failed: names the layer, the expert and the file."""
-
-
-@dataclass
-class ExpertView:
-    """One expert's pieces as arrays (views into a slot or into the map)."""
-    gate: np.ndarray        # (F, bytes per row of D)
-    gate_bias: np.ndarray   # (F,)
-    up: np.ndarray
-    up_bias: np.ndarray
-    down: np.ndarray        # (D, bytes per row of F)
-    down_bias: np.ndarray   # (D,)
-
-
-@dataclass
-class StoreStats:
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    bytes_read: int = 0
-    read_seconds: float = 0.0    # summed over reader threads
-    stall_seconds: float = 0.0   # time the computation waited for reads
-    prefetched: int = 0          # reads started ahead of need
-    prefetch_used: int = 0       # of those, asked for before their slot was given to another expert
-    prefetch_wasted: int = 0     # of those, evicted (or failed) without ever being asked for
-    predicted: int = 0           # expert predictions made
-    predicted_right: int = 0     # predictions that the layer's router then chose
-
-    def minus(self, start: "StoreStats") -> "StoreStats":
-        """The counts since `start` (an earlier copy of the same counters)."""
-        return StoreStats(**{k: v - getattr(start, k) for k, v in self.__dict__.items()})
-
-    def as_dict(self) -> dict:
-        d = dict(self.__dict__)
-        n = self.hits + self.misses
-        d["hit_rate"] = self.hits / n if n else 0.0
-        # Hits without the prefetch's help: the rate a cache that only reads
-        # on demand would have had, which Belady's oracle bounds from above.
-        d["demand_hit_rate"] = (self.hits - self.prefetch_used) / n if n else 0.0
-        d["read_gb_per_s"] = self.bytes_read / self.read_seconds / 1e9 if self.read_seconds else 0.0
-        d["prefetch_accuracy"] = self.predicted_right / self.predicted if self.predicted else 0.0
-        return d
 
 
 @dataclass
@@ -153,8 +98,8 @@ class ExpertStore:
             raise ValueError(f"an expert cache of {budget} bytes holds {self.n_slots} expert slots of "
                              f"{slot_bytes} bytes; a token needs {c.n_expert_used} at once: give at least "
                              f"{-(-need // (1 << 20))}M")
-        raw = np.empty(self.n_slots * slot_bytes + _PAGE, np.uint8)
-        skip = -raw.ctypes.data % _PAGE
+        raw = np.empty(self.n_slots * slot_bytes + PAGE, np.uint8)
+        skip = -raw.ctypes.data % PAGE
         self._buf = raw[skip:skip + self.n_slots * slot_bytes].reshape(self.n_slots, slot_bytes)
         self._slots = [_Slot() for _ in range(self.n_slots)]
         self._index: dict[tuple[int, int], int] = {}
@@ -215,7 +160,7 @@ class ExpertStore:
         parts = []
         for name in PIECES:
             p = self._pieces[layer][name]
-            start = p.slot_offset + (p.offset + e * p.stride) % _PAGE   # the piece inside its first page
+            start = p.slot_offset + (p.offset + e * p.stride) % PAGE   # the piece inside its first page
             parts.append(self._buf[s, start:start + p.nbytes].view(p.dtype).reshape(p.shape))
         return ExpertView(*parts)
 
@@ -227,11 +172,11 @@ class ExpertStore:
         for name in PIECES:
             p = self._pieces[layer][name]
             offset = p.offset + e * p.stride
-            shift = offset % _PAGE
+            shift = offset % PAGE
             # Whole pages from the one holding the piece's first byte: what a
             # direct read needs, and the same place in the slot either way.
             need = shift + p.nbytes
-            length = -(-need // _PAGE) * _PAGE
+            length = -(-need // PAGE) * PAGE
             dst = memoryview(self._buf[s, p.slot_offset:p.slot_offset + length])
             start = offset - shift
             done = 0

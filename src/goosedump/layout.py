@@ -7,8 +7,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .config import ModelConfig
-from .experts import PIECES as EXPERT_PIECES
-from .experts import slot_layout
+from .expert_slots import PIECES as EXPERT_PIECES
+from .expert_slots import slot_layout
 from .gguf import GGUFFile
 from .kvcache import PREFILL_BATCH, kv_positions
 
