@@ -124,6 +124,11 @@ def test_positional_prompt_and_piped_stdin(tiny_path):
     assert ids_of(cli("run", tiny_path, "Hello", "there", "--temp", "0", "-n", "4", "--json")) == flag
     assert ids_of(cli("run", tiny_path, "Hello there", "--temp", "0", "-n", "4", "--json")) == flag
     assert ids_of(cli("run", tiny_path, "--temp", "0", "-n", "4", "--json", stdin="Hello there")) == flag
+    # flags between the model and the prompt, or between the prompt's words
+    assert ids_of(cli("run", tiny_path, "--temp", "0", "-n", "4", "--json", "Hello there")) == flag
+    assert ids_of(cli("run", tiny_path, "Hello", "--temp", "0", "-n", "4", "there", "--json")) == flag
+    other = ids_of(cli("run", tiny_path, "-p", "there Hello", "--temp", "0", "-n", "4", "--json"))
+    assert ids_of(cli("run", tiny_path, "--temp", "0", "there", "-n", "4", "Hello", "--json")) == other
     fail(cli("run", tiny_path, "words", "-p", "flag"), "give one prompt")
 
 

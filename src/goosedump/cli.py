@@ -298,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             subs[command].error(f"unrecognized arguments: {' '.join(bad)}")
     args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "run" and not any(a.startswith("-") for a in extra):
+        # `run MODEL -n 64 "prompt"`: argparse gives the positional words only
+        # their first run (up to the first flag); the words after a flag are
+        # the prompt's too, in the order typed (ollama and llama.cpp take them)
+        args.words += extra
+        extra = []
     if extra:
         subs[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
