@@ -176,6 +176,11 @@ def test_the_cli_keeps_prompts_by_default_and_not_when_told(tiny_path, tmp_path)
     assert outs[0]["cached_tokens"] == 0 and outs[1]["cached_tokens"] == outs[1]["prompt_tokens"] - 1
     assert outs[0]["token_ids"] == outs[1]["token_ids"]
     assert entries(str(tmp_path / "xdg" / "goosedump" / "prompt-cache"))
+    # the summary line says how many came from the cache, its rate is the computed ones'
+    out = subprocess.run(run[:-1] + ["-p", "Why is the sky blue?"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    n, cached = outs[1]["prompt_tokens"], outs[1]["cached_tokens"]
+    assert f"[{n} prompt tokens ({cached} from the prompt cache; {n - cached} in " in out.stderr, out.stderr
     out = subprocess.run(run + ["-p", "Why is the sky blue?", "--no-prompt-cache"], capture_output=True, text=True,
                          env=env, timeout=120)
     assert json.loads(out.stdout)["cached_tokens"] == 0

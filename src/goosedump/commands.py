@@ -269,7 +269,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.profile:
             print_profile(r.profile)
             print_cache(r.expert_cache)
-        print(f"[{r.prompt_tokens} prompt tokens in {r.prefill_seconds:.2f} s ({r.prefill_tokens_per_s:.1f} tok/s), "
+        # (the prefill's time and rate are those of the tokens it computed: a
+        # cached prefix's are not, so the line says how many were)
+        prefill = f"in {r.prefill_seconds:.2f} s ({r.prefill_tokens_per_s:.1f} tok/s)"
+        if r.cached_tokens:
+            prefill = (f"({r.cached_tokens} from the prompt cache; {r.prompt_tokens - r.cached_tokens} in "
+                       f"{r.prefill_seconds:.2f} s, {r.prefill_tokens_per_s:.1f} tok/s)")
+        print(f"[{r.prompt_tokens} prompt tokens {prefill}, "
               f"{r.generated_tokens} generated in {r.decode_seconds:.2f} s ({r.decode_tokens_per_s:.1f} tok/s), "
               f"stop: {r.stop_reason}]", file=sys.stderr)
     return 0
