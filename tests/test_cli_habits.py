@@ -232,6 +232,15 @@ def test_errors_name_the_flag(tiny_path, args, needles):
     assert "max_tokens" not in err and "n_ctx" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_missing_or_binary_prompt_file_and_a_port_out_of_range_are_named(tiny_path, tmp_path):
+    fail(cli("run", tiny_path, "-f", str(tmp_path / "none.txt")), f"-f/--file {tmp_path / 'none.txt'}",
+         "No such file")
+    binary = tmp_path / "prompt.bin"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    fail(cli("run", tiny_path, "-f", str(binary)), f"-f/--file {binary}", "not UTF-8")
+    fail(cli("serve", tiny_path, "--port", "99999"), "--port", "99999", "65535")
+
+
 def test_threads_above_the_cores_warn(tiny_path):
     many = (os.cpu_count() or 1) + 1
     out = cli("run", tiny_path, "-p", "x", "-n", "1", "-t", str(many), "--json")

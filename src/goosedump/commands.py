@@ -161,8 +161,13 @@ def _read_prompt(args: argparse.Namespace):
     if args.prompt_file is not None:
         if args.prompt_file == "-":
             return sys.stdin.read()
-        with open(args.prompt_file, encoding="utf-8") as f:
-            return f.read()
+        try:
+            with open(args.prompt_file, encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise UsageError(f"-f/--file {args.prompt_file}: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise UsageError(f"-f/--file {args.prompt_file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if given:
         return given[0]
     return None if sys.stdin.isatty() else sys.stdin.read()
@@ -306,6 +311,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.max_body_size = parse_size(args.max_body_size, "--max-body-size")
     if not args.body_timeout > 0:
         raise UsageError(f"--body-timeout must be more than 0 seconds, got {args.body_timeout}")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     try:                        # a port in use is said before anything loads
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
             probe.bind((args.host, args.port))
