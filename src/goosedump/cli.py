@@ -211,7 +211,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     b.add_argument("-n", "--gen-tokens", "--n-gen", dest="gen_tokens", default="128", metavar="N[,N...]",
                    help="tokens to decode: tgN times N one-token forward passes after the "
                         "prefill, as llama-bench; 0: the prefill alone (default 128)")
-    b.add_argument("-t", "--threads", default=None, metavar="N[,N...]", help="threads (default: one per core)")
+    b.add_argument("-t", "--threads", default=None, metavar="N[,N...]", help="threads (default, or 0: one per core)")
     b.add_argument("-r", "--reps", "--repetitions", dest="reps", type=int, default=3,
                    help="repetitions after one warm-up (default 3)")
     _add_expert_cache(b)
@@ -267,7 +267,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
     d = add("demo", "write a tiny synthetic model into the cache and run it end to end", commands.cmd_demo)
     d.add_argument("-n", "--max-tokens", type=int, default=32, help="tokens to generate (default 32)")
-    d.add_argument("-t", "--threads", type=int, default=None, help="kernel threads (default: one per core)")
+    d.add_argument("-t", "--threads", type=int, default=None, help="kernel threads (default, or 0: one per core)")
     return p, subs
 
 
