@@ -238,6 +238,13 @@ def test_a_missing_or_binary_prompt_file_and_a_port_out_of_range_are_named(tiny_
     binary = tmp_path / "prompt.bin"
     binary.write_bytes(b"\xff\xfe\x00 not text")
     fail(cli("run", tiny_path, "-f", str(binary)), f"-f/--file {binary}", "not UTF-8")
+    # the schema and grammar files alike
+    fail(cli("run", tiny_path, "hi", "-j", str(tmp_path / "none.json")),
+         f"-j/--json-schema {tmp_path / 'none.json'}: not a file (No such file", "nor a JSON object")
+    fail(cli("run", tiny_path, "hi", "-j", str(binary)), f"-j/--json-schema {binary}", "not UTF-8")
+    fail(cli("run", tiny_path, "hi", "--grammar", str(tmp_path / "none.gbnf")),
+         f"--grammar {tmp_path / 'none.gbnf'}", "No such file")
+    fail(cli("run", tiny_path, "hi", "--grammar", str(binary)), f"--grammar {binary}", "not UTF-8")
     fail(cli("serve", tiny_path, "--port", "99999"), "--port", "99999", "65535")
 
 

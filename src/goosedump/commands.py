@@ -143,6 +143,19 @@ def write_profile(path: str, model, profile: dict) -> None:
 
 # --- run -------------------------------------------------------------------------
 
+def read_flag_file(path: str, flag: str, unreadable: str = "{}") -> str:
+    """The text of the file a flag names (-f, -j, --grammar); an error names the
+    flag and the file: one it cannot open by `unreadable` (its {} the reason),
+    one that is not UTF-8 by the byte where it fails."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: {unreadable.format(e.strerror or e)}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
 def _read_prompt(args: argparse.Namespace):
     """The prompt the arguments give (text or token ids), or None for none:
     -p, -f/--prompt-file, --prompt-ids, words after the model (ollama's
@@ -161,13 +174,7 @@ def _read_prompt(args: argparse.Namespace):
     if args.prompt_file is not None:
         if args.prompt_file == "-":
             return sys.stdin.read()
-        try:
-            with open(args.prompt_file, encoding="utf-8") as f:
-                return f.read()
-        except OSError as e:
-            raise UsageError(f"-f/--file {args.prompt_file}: {e.strerror or e}") from None
-        except UnicodeDecodeError as e:
-            raise UsageError(f"-f/--file {args.prompt_file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        return read_flag_file(args.prompt_file, "-f/--file")
     if given:
         return given[0]
     return None if sys.stdin.isatty() else sys.stdin.read()
@@ -183,12 +190,7 @@ def constraint_args(args: argparse.Namespace) -> dict:
     if args.json_schema is not None:
         text = args.json_schema
         if not text.lstrip().startswith("{"):
-            try:
-                with open(text, encoding="utf-8") as f:
-                    text = f.read()
-            except OSError as e:
-                raise UsageError(f"-j/--json-schema {args.json_schema}: not a file ({e.strerror}) nor a JSON "
-                                 f"object") from None
+            text = read_flag_file(text, "-j/--json-schema", "not a file ({}) nor a JSON object")
         try:
             kw["json_schema"] = json.loads(text)
             schema_grammar(kw["json_schema"], f"-j/--json-schema {args.json_schema}")
@@ -198,10 +200,7 @@ def constraint_args(args: argparse.Namespace) -> dict:
             raise UsageError(str(e)) from None
     if args.grammar is not None:
         try:
-            with open(args.grammar, encoding="utf-8") as f:
-                kw["grammar"] = as_grammar(f.read(), f"--grammar {args.grammar}")
-        except OSError as e:
-            raise UsageError(f"--grammar {args.grammar}: {e.strerror}") from None
+            kw["grammar"] = as_grammar(read_flag_file(args.grammar, "--grammar"), f"--grammar {args.grammar}")
         except ConstraintError as e:
             raise UsageError(str(e)) from None
     return kw
