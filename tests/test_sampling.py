@@ -145,7 +145,8 @@ def test_seed_reproduces_and_differs():
     ({"min_p": 1.5}, "min_p must be in \\[0, 1\\], got 1.5"),
     ({"repetition_penalty": 0}, "repetition_penalty must be greater than 0"),
     ({"presence_penalty": 3}, "presence_penalty must be between -2 and 2, got 3"),
-    ({"seed": "x"}, "seed must be an integer or None"),
+    ({"seed": "x"}, "seed must be a non-negative integer"),
+    ({"seed": -5}, "seed must be a non-negative integer \\(or None: a fresh seed\\), got -5"),
 ])
 def test_bad_parameters_are_named(kw, msg):
     with pytest.raises(SamplingError, match=msg):

@@ -372,6 +372,8 @@ def test_same_seed_same_text(client):
     kw = dict(model=MODEL, messages=USER, max_tokens=12, temperature=1.0, top_p=0.95)
     a, b, c = (client.chat.completions.create(**kw, seed=s).choices[0].message.content for s in (7, 7, 8))
     assert a == b and a != c
+    # -1 asks for a fresh seed, as llama.cpp's server reads it
+    assert client.chat.completions.create(**kw, seed=-1).choices[0].message.content
 
 
 def test_stop_strings(client):
@@ -538,6 +540,7 @@ ERRORS = [
         "type": "function", "function": {"name": "nope"}}}, 400, "tool_choice", None),
     ("/v1/chat/completions", {"messages": USER, "tools": [{"type": "web_search"}]}, 400, "tools", None),
     ("/v1/chat/completions", {"messages": USER, "time_budget": -1}, 400, "time_budget", None),
+    ("/v1/chat/completions", {"messages": USER, "seed": -5}, 400, "seed", None),
     ("/v1/completions", {"prompt": ""}, 400, "prompt", None),
     ("/v1/completions", {"prompt": [5, 10 ** 7]}, 400, "prompt", None),
     ("/v1/completions", {"prompt": "x", "max_tokens": -3}, 400, "max_tokens", "integer_below_min_value"),

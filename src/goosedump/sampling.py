@@ -55,7 +55,8 @@ class SamplingParams:
         check("frequency_penalty", isinstance(self.frequency_penalty, num) and -2 <= self.frequency_penalty <= 2,
               "between -2 and 2")
         check("logit_bias", isinstance(self.logit_bias, dict), "a mapping of token id to bias")
-        check("seed", self.seed is None or isinstance(self.seed, int), "an integer or None")
+        check("seed", self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
+              "a non-negative integer (or None: a fresh seed)")
 
     @property
     def greedy(self) -> bool:

@@ -24,6 +24,8 @@ def sampling_params(b: Fields) -> SamplingParams:
     fields = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
               "frequency_penalty", "seed")
     kw = {f: getattr(b, f) for f in fields if getattr(b, f) is not None}
+    if kw.get("seed") == -1:           # llama.cpp's server: -1 asks for a random seed
+        del kw["seed"]
     try:
         return SamplingParams(logit_bias=bias, **kw)
     except SamplingError as e:          # its message starts with the field's name
