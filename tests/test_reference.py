@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch", reason="torch==2.13.0 is a test dependency"
 import transformers.models.gpt_oss.modeling_gpt_oss as hf_gpt_oss  # noqa: E402
 
 import goosedump  # noqa: E402
+from goosedump.sampling import SamplingParams  # noqa: E402
 from hf_reference import RefConfig, build  # noqa: E402
 
 CONFIGS = {
@@ -161,6 +162,55 @@ def test_greedy_continuation(pair):
     assert n_check >= 32, f"only {n_check} tokens have a clear margin"
     print(f"compared {n_check} tokens; ours stopped by {r.stop_reason} after {len(r.token_ids)}")
     assert r.token_ids[:n_check] == ref[:n_check]
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    m = x.max(-1, keepdims=True)
+    return x - (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_logprobs_are_the_models_distribution(pair, sampled):
+    """Each generated token's log-probability and its top alternatives are
+    the log-softmax of the logits at its position (unused ids left out,
+    before temperature): of the engine's own logits for the whole sequence,
+    to float64 rounding, and, for the greedy continuation, of the
+    reference's within what the logits' bound allows (the normaliser moves
+    by at most the largest logit error: twice the logits' bound). A sampled
+    continuation is not held to the reference: random tokens can bring a
+    router to a near tie, where the engine's rounding picks other experts."""
+    hf, model, prompt = pair
+    sampling = SamplingParams(temperature=1.5, seed=3) if sampled else None
+    n_top, n = 5, 16
+    r = model.generate(prompt, max_tokens=n, sampling=sampling, logprobs=n_top)
+    plain = model.generate(prompt, max_tokens=n, sampling=sampling)
+    assert r.token_ids == plain.token_ids and len(r.token_ids) == n     # asking for them changes nothing
+    assert [lp.token for lp in r.logprobs] == r.token_ids
+    at = np.arange(len(prompt) - 1, len(prompt) - 1 + n)
+    ours = np.array([lp.logprob for lp in r.logprobs])
+    mine = model.logits(prompt + r.token_ids)[at].astype(np.float64)
+    mine[:, model.tokenizer.unused_ids] = -np.inf
+    mine = log_softmax(mine)
+    np.testing.assert_allclose(ours, mine[np.arange(n), r.token_ids], rtol=1e-12, atol=1e-12)
+    for k, lp in enumerate(r.logprobs):
+        ids = [i for i, _ in lp.top]
+        values = np.array([v for _, v in lp.top])
+        assert len(ids) == n_top and (np.diff(values) <= 0).all()
+        assert ids == sorted(range(mine.shape[1]), key=lambda i: (-mine[k, i], i))[:n_top]
+        np.testing.assert_allclose(values, mine[k, ids], rtol=1e-12, atol=1e-12)
+        if not sampled:
+            assert ids[0] == lp.token
+    if sampled:
+        return
+    with fp16_kv_cache(hf):
+        ref = hf_logits(hf, prompt + r.token_ids)[at]
+    ref[:, model.tokenizer.unused_ids] = -np.inf
+    bound = 8e-4 * np.abs(ref[np.isfinite(ref)]).max()
+    ref = log_softmax(ref)
+    assert np.abs(ours - ref[np.arange(n), r.token_ids]).max() < bound
+    for k, lp in enumerate(r.logprobs):
+        ids = [i for i, _ in lp.top]
+        np.testing.assert_array_less(np.abs(np.array([v for _, v in lp.top]) - ref[k, ids]), bound)
 
 
 def test_prefill_whole_equals_prefill_then_decode(pair):

@@ -22,10 +22,11 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .kvcache import KVCache
+from .logprobs import Pending, check_logprobs
 from .probe import NO_PROBE, Rows
 from .profiling import Recorder
 from .result import (STOP_CANCELLED, STOP_EOS, STOP_MAX_TOKENS, STOP_REPETITION, STOP_TIME_BUDGET,
-                     ContextOverflowError, GenerationResult, repetition_loop)
+                     ContextOverflowError, GenerationResult, repetition_loop, stop_after)
 from .sampling import GREEDY, SamplingParams, make_rng, sample
 
 __all__ = ["Generation", "GenerationResult", "Stepper", "ContextOverflowError", "check_prompt", "check_context",
@@ -55,23 +56,6 @@ def check_context(n_prompt: int, max_tokens: int, n_ctx: int) -> None:
         raise ContextOverflowError(n_prompt, max_tokens, n_ctx)
 
 
-def stop_after(generated: list[int], max_tokens: int, deadline: float | None, cancelled: str | None,
-               loops: bool = True) -> str | None:
-    """Why generation stops after the token just added to generated, if it
-    does (an end-of-generation token is checked before it is added): the
-    consumer's cancel, max_tokens, a repetition loop (unless loops is False),
-    the time budget's deadline (a time.perf_counter() value)."""
-    if cancelled is not None:
-        return cancelled
-    if len(generated) >= max_tokens:
-        return STOP_MAX_TOKENS
-    if loops and repetition_loop(generated):
-        return STOP_REPETITION
-    if deadline is not None and time.perf_counter() >= deadline:
-        return STOP_TIME_BUDGET
-    return None
-
-
 class Generation:
     """One generation in flight. `events()` gives (token id, text piece) per
     generated token (text pieces are whole code points; the decoder's tail
@@ -89,8 +73,11 @@ class Generation:
                  time_budget: float | None = None, ignore_eos: bool = False, reuse_cache: bool = True,
                  recorder: Recorder | None = None, on_event: Callable[["Generation", Event | None], None] | None = None,
                  before_end: Callable[["Generation"], None] | None = None, id: int = 0, constraint=None,
-                 keep_whole_prompt: bool = True):
+                 keep_whole_prompt: bool = True, logprobs: int | None = None):
         self.prompt, self.max_tokens, self.sampling = prompt, max_tokens, sampling
+        # with logprobs (alternatives per token, 0: none): token_logprobs holds
+        # each generated token's (goosedump.logprobs), set before its event
+        self.logprobs, self.token_logprobs, self.pending = logprobs, [], None
         self.time_budget, self.ignore_eos, self.reuse_cache = time_budget, ignore_eos, reuse_cache
         self.recorder = recorder
         self.probe = recorder or NO_PROBE
@@ -208,6 +195,7 @@ class Stepper:
         check_context(len(ids), max_tokens, self.n_ctx)
         sampling = sampling or GREEDY
         sampling.check_vocab(c.n_vocab)
+        check_logprobs(kw.get("logprobs"))
         recorder = Recorder(c, self.store, profile, record_routing) if profile or record_routing else None
         return Generation(ids, max_tokens, sampling, recorder=recorder, **kw)
 
@@ -296,12 +284,15 @@ class Stepper:
         forbids (each row its own: the others are untouched)."""
         head, unused = self.tr.head, self.tok.unused_ids
         with probe.timer("output_head"):
-            if all(g.sampling.plain_greedy and g.constraint is None for g in gens):
+            if all(g.sampling.plain_greedy and g.constraint is None and g.logprobs is None for g in gens):
                 ids = [int(t) for t in head.argmax(x)]
                 if not np.isin(ids, unused).any():
                     return ids
             logits = head.logits(x)                                             # [B, V]
         logits[:, unused] = -np.inf
+        for g, row in zip(gens, logits):
+            if g.logprobs is not None:          # the model's own distribution, before any mask
+                g.pending = Pending(row, g.logprobs)
         with probe.timer("constraint"):
             for g, row in zip(gens, logits):
                 if g.constraint is not None:
@@ -322,6 +313,8 @@ class Stepper:
             self.finish(gen, STOP_EOS, eos=token)
             return False
         gen.generated.append(token)
+        if gen.pending is not None:
+            gen.token_logprobs.append(gen.pending.of(token))
         gen.emit((token, gen.decoder.add(token)))
         stop = stop_after(gen.generated, gen.max_tokens, gen.deadline, gen.cancelled, loops=not gen.ignore_eos)
         if stop is not None:
@@ -396,4 +389,5 @@ class Stepper:
             text=self.tok.decode(gen.generated), prompt_token_ids=list(gen.prompt), token_ids=gen.generated,
             stop_reason=stop, prefill_seconds=gen.t_prefill - gen.started, decode_seconds=t_end - gen.t_prefill,
             decode_steps=gen.steps, eos_token_id=eos, profile=report, expert_cache=cache_stats,
-            cached_tokens=gen.cached, routing=rec.trace() if rec is not None else None))
+            cached_tokens=gen.cached, routing=rec.trace() if rec is not None else None,
+            logprobs=gen.token_logprobs if gen.logprobs is not None else None))

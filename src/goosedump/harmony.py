@@ -216,6 +216,9 @@ class HarmonyParser:
         # Text of a message that never reached <|message|>: it could not
         # stream, so close() leaves it here for the caller to show.
         self.unstreamed: Delta | None = None
+        # header tokens (the last fed among them) whose text the last feed
+        # made a message's: a header run past HEADER_LIMIT
+        self.adopted = 0
 
     @property
     def channel(self) -> str | None:
@@ -239,6 +242,7 @@ class HarmonyParser:
         message's content, if any."""
         token = int(token)
         self.tokens.append(token)
+        self.adopted = 0
         if self._current is not None:                 # inside a message's content
             if token in self._stops:
                 self._finish()
@@ -264,6 +268,7 @@ class HarmonyParser:
         self._header.append(token)
         if len(self._header) > HEADER_LIMIT:
             self._current = Message(self.role or "assistant", "")
+            self.adopted = len(self._header)
             text = "".join(self._decoder.add(t) for t in self._header)
             self._header, self.role = None, None
             if text:

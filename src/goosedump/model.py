@@ -137,7 +137,8 @@ class Model:
                         time_budget: float | None = None, profile: bool = False,
                         sampling: SamplingParams | None = None, reuse_cache: bool = True,
                         ignore_eos: bool = False, record_routing: bool = False, grammar: str | None = None,
-                        json_schema: dict | str | None = None, constraint=None) -> Generation:
+                        json_schema: dict | str | None = None, constraint=None,
+                        logprobs: int | None = None) -> Generation:
         """Generation as an iterator of text pieces (each whole code points;
         `.events()` for (token id, piece) pairs); its `.result` is the
         GenerationResult once exhausted. sampling: None for greedy.
@@ -147,7 +148,10 @@ class Model:
         experts chosen per token and layer. grammar (GBNF or Lark text) or
         json_schema: the output follows it from its first token
         (goosedump.structured); constraint: a mask of one's own (allowed()
-        -> bool [n_vocab], advance(token))."""
+        -> bool [n_vocab], advance(token)). logprobs: the result's `logprobs`
+        (and the generation's `token_logprobs` as it goes) give each generated
+        token's log-probability and this many most likely alternatives
+        (goosedump.logprobs; 0: none)."""
         if isinstance(prompt, str):
             # Raw text prompts may spell special tokens ("<|start|>..."), as in llama.cpp.
             prompt = self.tokenizer.encode(prompt, allow_special=True)
@@ -158,7 +162,7 @@ class Model:
             constraint = raw_constraint(self.tokenizer, grammar, json_schema)
         gen = self.stepper.new(prompt, max_tokens, sampling, profile=profile, record_routing=record_routing,
                                time_budget=time_budget, reuse_cache=reuse_cache, ignore_eos=ignore_eos,
-                               constraint=constraint)
+                               constraint=constraint, logprobs=logprobs)
         if self._cache is None:
             self._cache = self.new_cache()
         return self.stepper.drive(gen, self._cache)
@@ -167,14 +171,15 @@ class Model:
                  on_text: Callable[[str], None] | None = None, profile: bool = False,
                  sampling: SamplingParams | None = None, reuse_cache: bool = True,
                  ignore_eos: bool = False, record_routing: bool = False, grammar: str | None = None,
-                 json_schema: dict | str | None = None, constraint=None) -> GenerationResult:
+                 json_schema: dict | str | None = None, constraint=None,
+                 logprobs: int | None = None) -> GenerationResult:
         """Generation from text (a raw completion) or token ids; greedy unless
         sampling says otherwise. Stops on an end-of-generation token,
         max_tokens, a repetition loop or the time budget (seconds).
         profile=True fills result.profile with where time, memory and
         routing went."""
         gen = self.generate_stream(prompt, max_tokens, time_budget, profile, sampling, reuse_cache, ignore_eos,
-                                   record_routing, grammar, json_schema, constraint)
+                                   record_routing, grammar, json_schema, constraint, logprobs)
         for piece in gen:
             if on_text is not None:
                 on_text(piece)
@@ -186,7 +191,8 @@ class Model:
                     sampling: SamplingParams | None = None, time_budget: float | None = None,
                     profile: bool = False, chat_format: str = "auto", record_routing: bool = False,
                     tool_choice=None, response_format: dict | None = None, reasoning_budget: int | None = None,
-                    grammar: str | None = None, json_schema: dict | str | None = None) -> ReplyStream:
+                    grammar: str | None = None, json_schema: dict | str | None = None,
+                    logprobs: int | None = None) -> ReplyStream:
         """A chat turn: the conversation rendered (render_chat), then generated
         and parsed as it streams. Iterate for reply events (goosedump.reply:
         start, delta and end of reasoning, content and tool calls); `.reply`
@@ -204,7 +210,8 @@ class Model:
         ids = self.render_chat(messages, reasoning_effort=reasoning_effort, tools=plan.tools, date=date,
                                chat_format=chat_format)
         gen = self.generate_stream(ids + plan.prefix, max_tokens, time_budget, profile, sampling,
-                                   record_routing=record_routing, constraint=plan.gate(self.tokenizer))
+                                   record_routing=record_routing, constraint=plan.gate(self.tokenizer),
+                                   logprobs=logprobs)
         return ReplyStream(self.tokenizer, prefix=plan.prefix, generation=gen)
 
     def chat(self, messages: Sequence[dict], max_tokens: int = 1024, **kw) -> ReplyStream:

@@ -165,6 +165,10 @@ class ReplyStream:
         self._ended = 0            # parser messages whose items are ended
         self.stopped = False       # a stop string ended the reply
         self.reasoning_tokens = 0
+        # the item the last token fed is text of (None: markup), and how many
+        # tokens up to it became its text then (more than 1: a run-on header)
+        self.token_item: Item | None = None
+        self.token_count = 0
 
     # -- bound to a generation
     def __iter__(self) -> Iterator[ReplyEvent]:
@@ -201,9 +205,11 @@ class ReplyStream:
 
     # -- tokens in, events out
     def feed(self, token: int) -> list[ReplyEvent]:
+        self.token_item, self.token_count = None, 0
         if self.stopped:
             return []
-        if self.parser.in_message and self.parser.channel == "analysis":
+        body = self.parser.in_message
+        if body and self.parser.channel == "analysis":
             self.reasoning_tokens += 1
         d = self.parser.feed(token)
         out = self._end_finished()
@@ -213,6 +219,10 @@ class ReplyStream:
             out += self._start(i, item_kind(p.current_role, p.channel, p.recipient), p.recipient)
         if d is not None and d.text and self._by_message.get(i) is not None:
             out += self._delta(self._by_message[i], d.text)
+        if body and self.parser.in_message and self._by_message.get(i) is not None:
+            self.token_item, self.token_count = self._by_message[i], 1    # text of message i (not its end mark)
+        elif self.parser.adopted and self._by_message.get(i) is not None:
+            self.token_item, self.token_count = self._by_message[i], self.parser.adopted
         return out
 
     def close(self) -> list[ReplyEvent]:

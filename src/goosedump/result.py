@@ -1,6 +1,7 @@
 """What a generation ends with: its stop reason, tokens, timings and counters."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 # Stop reasons, as the result and the CLI's --json report them.
@@ -37,6 +38,23 @@ def repetition_loop(tokens: list[int]) -> bool:
     return False
 
 
+def stop_after(generated: list[int], max_tokens: int, deadline: float | None, cancelled: str | None,
+               loops: bool = True) -> str | None:
+    """Why generation stops after the token just added to generated, if it
+    does (an end-of-generation token is checked before it is added): the
+    consumer's cancel, max_tokens, a repetition loop (unless loops is False),
+    the time budget's deadline (a time.perf_counter() value)."""
+    if cancelled is not None:
+        return cancelled
+    if len(generated) >= max_tokens:
+        return STOP_MAX_TOKENS
+    if loops and repetition_loop(generated):
+        return STOP_REPETITION
+    if deadline is not None and time.perf_counter() >= deadline:
+        return STOP_TIME_BUDGET
+    return None
+
+
 @dataclass
 class GenerationResult:
     text: str
@@ -51,6 +69,7 @@ class GenerationResult:
     expert_cache: dict | None = None  # the expert store's counters while this generation ran
     cached_tokens: int = 0            # prompt tokens whose KV cache was reused, not recomputed
     routing: list | None = None       # with record_routing (or profile): (position, layer, experts) rows
+    logprobs: list | None = None      # with logprobs: a goosedump.logprobs.TokenLogprob per generated token
 
     @property
     def prompt_tokens(self) -> int:
@@ -84,4 +103,7 @@ class GenerationResult:
             d["profile"] = self.profile
         if self.expert_cache is not None:
             d["expert_cache"] = self.expert_cache
+        if self.logprobs is not None:
+            d["logprobs"] = [{"token": lp.token, "logprob": lp.logprob, "top": [list(t) for t in lp.top]}
+                             for lp in self.logprobs]
         return d

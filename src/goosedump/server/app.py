@@ -48,10 +48,10 @@ class Server:
                            param="model", code="model_not_found")
 
     def submit(self, prompt: list[int], max_tokens: int, body: Fields, param: str, prompt_param: str,
-               constraint=None) -> Submitted:
+               constraint=None, logprobs: int | None = None) -> Submitted:
         try:
             return Submitted(self.engine, prompt, max_tokens, sampling_params(body), body.time_budget,
-                             self.metrics, self.live, constraint)
+                             self.metrics, self.live, constraint, logprobs)
         except ContextOverflowError as e:
             raise context_error(e, param, prompt_param) from None
         except SamplingError as e:
@@ -83,12 +83,15 @@ class Server:
             sub.gen.cancel("stop")
         return events
 
-    async def run_reply(self, sub: Submitted, reply: ReplyStream, request: Request) -> None:
-        """The whole generation fed to its reply (a response that is not streamed)."""
+    async def run_reply(self, sub: Submitted, reply: ReplyStream, request: Request, lps=None) -> None:
+        """The whole generation fed to its reply (a response that is not
+        streamed); lps (ContentLogprobs) takes each token's log-probability."""
         async with sub.events(request) as stream:
             async for token, _ in stream:
                 if token is not None:
                     self.feed(sub, reply, token)
+                    if lps is not None:
+                        lps.add(reply)
         reply.close()
 
     def model_card(self) -> dict:

@@ -9,6 +9,7 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
+from ..logprobs import MAX_TOP, ContentLogprobs
 from ..reply import ReplyEvent, ReplyStream
 from .bridge import EventStream, Submitted
 from .errors import bad_request
@@ -58,35 +59,60 @@ def _finish(result, reply: ReplyStream) -> str:
 async def handle(server, body: ChatBody, request: Request):
     server.check_model(body.model)
     check_common(body)
-    if body.logprobs or body.top_logprobs:
-        raise bad_request("logprobs are not supported", param="logprobs")
+    n_top = logprobs_asked(body.logprobs, body.top_logprobs)
     stops = stop_strings(body.stop)
     prompt, plan = server.render(body.messages, body.tools, body.tool_choice, body.reasoning_effort, "messages",
                                  body, body.response_format)
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     n = max_tokens(limit, len(prompt), server.model.n_ctx, param, "messages")
-    sub = server.submit(prompt, n, body, param, "messages", plan.gate(server.tok))
+    sub = server.submit(prompt, n, body, param, "messages", plan.gate(server.tok), n_top)
     reply = ReplyStream(server.tok, stops, plan.prefix)
+    lps = None if n_top is None else ContentLogprobs(server.tok, sub.gen)
     rid, created = response_id("chatcmpl-")
     if body.stream:
         chunks = Chunks(rid, created, "chat.completion.chunk", server.name, "delta",
                         bool((body.stream_options or {}).get("include_usage")))
-        return EventStream(completion_stream(_stream(server, sub, reply, chunks)), sub.gen)
-    await server.run_reply(sub, reply, request)
+        return EventStream(completion_stream(_stream(server, sub, reply, chunks, lps)), sub.gen)
+    await server.run_reply(sub, reply, request, lps)
     r = sub.gen.result
     if r is None:              # the client went away
         return Response(status_code=499)
     return {"id": rid, "object": "chat.completion", "created": created, "model": server.name,
             "system_fingerprint": FINGERPRINT,
-            "choices": [{"index": 0, "message": chat_message(reply), "logprobs": None,
+            "choices": [{"index": 0, "message": chat_message(reply), "logprobs": content_logprobs(lps),
                          "finish_reason": _finish(r, reply)}],
             "usage": usage(r, reply.reasoning_tokens)}
 
 
-async def _stream(server, sub: Submitted, reply: ReplyStream, chunks: Chunks) -> AsyncIterator[str]:
+def logprobs_asked(logprobs: bool | None, top: int | None) -> int | None:
+    """The alternatives per token a request asks for (None: no logprobs)."""
+    if top is not None:
+        if not logprobs:
+            raise bad_request("top_logprobs needs logprobs: true", param="top_logprobs")
+        if not 0 <= top <= MAX_TOP:
+            raise bad_request(f"top_logprobs must be from 0 to {MAX_TOP}, got {top}", param="top_logprobs")
+    return (top or 0) if logprobs else None
+
+
+def content_logprobs(lps: ContentLogprobs | None, entries: list[dict] | None = None) -> dict | None:
+    if lps is None:
+        return None
+    return {"content": lps.entries if entries is None else entries, "refusal": None}
+
+
+async def _stream(server, sub: Submitted, reply: ReplyStream, chunks: Chunks,
+                  lps: ContentLogprobs | None) -> AsyncIterator[str]:
+    """The chunks; a content delta carries the log-probabilities of the
+    content tokens fed since the last one did (a stop string's held-back
+    text can come a token later than the token)."""
     deltas = ChatDeltas()
     started = False
+
+    def chunk(d: dict) -> str:
+        new = lps.take() if lps is not None and "content" in d else None
+        return chunks.choice(d, logprobs=content_logprobs(lps, new) if new else None)
+
     async with sub.events() as stream:
         async for token, _ in stream:
             if token is None:
@@ -94,14 +120,19 @@ async def _stream(server, sub: Submitted, reply: ReplyStream, chunks: Chunks) ->
             if not started:       # the role comes with the first generated token
                 started = True
                 yield chunks.choice({"role": "assistant", "content": ""})
-            for d in deltas(server.feed(sub, reply, token)):
-                yield chunks.choice(d)
+            events = server.feed(sub, reply, token)
+            if lps is not None:
+                lps.add(reply)
+            for d in deltas(events):
+                yield chunk(d)
     r = sub.gen.result
     if r is None:
         return
     if not started:
         yield chunks.choice({"role": "assistant", "content": ""})
     for d in deltas(reply.close()):
-        yield chunks.choice(d)
-    for s in chunks.ending({}, _finish(r, reply), usage(r, reply.reasoning_tokens)):
+        yield chunk(d)
+    rest = lps.take() if lps is not None else None
+    for s in chunks.ending({}, _finish(r, reply), usage(r, reply.reasoning_tokens),
+                           logprobs=content_logprobs(lps, rest) if rest else None):
         yield s

@@ -8,6 +8,7 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
+from ..logprobs import MAX_TOP, TextLogprobs
 from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
@@ -20,10 +21,11 @@ from .sse import FINGERPRINT, Chunks, completion_stream
 async def handle(server, body: CompletionBody, request: Request):
     server.check_model(body.model)
     check_common(body)
-    for field, bad in (("echo", body.echo), ("suffix", body.suffix), ("logprobs", body.logprobs),
-                       ("best_of", body.best_of not in (None, 1))):
+    for field, bad in (("echo", body.echo), ("suffix", body.suffix), ("best_of", body.best_of not in (None, 1))):
         if bad:
             raise bad_request(f"{field} is not supported", param=field)
+    if body.logprobs is not None and not 0 <= body.logprobs <= MAX_TOP:
+        raise bad_request(f"logprobs must be from 0 to {MAX_TOP}, got {body.logprobs}", param="logprobs")
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         if len(prompt) != 1:
@@ -40,15 +42,16 @@ async def handle(server, body: CompletionBody, request: Request):
         constraint = raw_constraint(server.tok, body.grammar, body.json_schema)
     except PlanError as e:
         raise bad_request(str(e), param=e.param) from None
-    sub = server.submit(ids, n, body, "max_tokens", "prompt", constraint)
+    sub = server.submit(ids, n, body, "max_tokens", "prompt", constraint, body.logprobs)
     stop = StopFilter(stop_strings(body.stop))
+    logs = None if body.logprobs is None else TextLogprobs(server.tok, sub.gen)
     rid, created = response_id("cmpl-")
     if body.stream:
         chunks = Chunks(rid, created, "text_completion", server.name, "text",
                         bool((body.stream_options or {}).get("include_usage")))
-        return EventStream(completion_stream(_stream(sub, stop, chunks)), sub.gen)
+        return EventStream(completion_stream(_stream(sub, stop, chunks, logs)), sub.gen)
     text = []
-    async with _pieces(sub, stop, request) as pieces:
+    async with _pieces(sub, stop, logs, request) as pieces:
         async for piece in pieces:
             text.append(piece)
     r = sub.gen.result
@@ -56,20 +59,26 @@ async def handle(server, body: CompletionBody, request: Request):
         return Response(status_code=499)
     return {"id": rid, "object": "text_completion", "created": created, "model": server.name,
             "system_fingerprint": FINGERPRINT,
-            "choices": [{"index": 0, "text": "".join(text), "logprobs": None,
+            "choices": [{"index": 0, "text": "".join(text), "logprobs": logs.all() if logs is not None else None,
                          "finish_reason": finish_reason(r.stop_reason, stop.hit)}],
             "usage": usage(r)}
 
 
-def _pieces(sub: Submitted, stop: StopFilter, request: Request | None = None):
-    return contextlib.aclosing(_cut(sub, stop, request))
+def _pieces(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None, request: Request | None = None):
+    return contextlib.aclosing(_cut(sub, stop, logs, request))
 
 
-async def _cut(sub: Submitted, stop: StopFilter, request: Request | None) -> AsyncIterator[str]:
-    """The generated text in pieces, cut at a stop string."""
+async def _cut(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None,
+               request: Request | None) -> AsyncIterator[str]:
+    """The generated text in pieces, cut at a stop string; logs takes each
+    token up to the one that completes the stop string."""
     async with sub.events(request) as stream:
-        async for _, piece in stream:
-            if stop.hit or not piece:
+        async for token, piece in stream:
+            if stop.hit:
+                continue
+            if token is not None and logs is not None:
+                logs.add(piece)
+            if not piece:
                 continue
             out = stop.push(piece)
             if stop.hit and sub.gen.cancelled is None:
@@ -82,12 +91,15 @@ async def _cut(sub: Submitted, stop: StopFilter, request: Request | None) -> Asy
             yield tail
 
 
-async def _stream(sub: Submitted, stop: StopFilter, chunks: Chunks) -> AsyncIterator[str]:
-    async with _pieces(sub, stop) as pieces:
+async def _stream(sub: Submitted, stop: StopFilter, chunks: Chunks, logs: TextLogprobs | None) -> AsyncIterator[str]:
+    """The chunks; each carries the log-probabilities of the tokens taken
+    since the last one (text held back for a stop string comes later)."""
+    async with _pieces(sub, stop, logs) as pieces:
         async for piece in pieces:
-            yield chunks.choice(piece)
+            yield chunks.choice(piece, logprobs=logs.take() if logs is not None else None)
     r = sub.gen.result
     if r is None:
         return
-    for s in chunks.ending("", finish_reason(r.stop_reason, stop.hit), usage(r)):
+    for s in chunks.ending("", finish_reason(r.stop_reason, stop.hit), usage(r),
+                           logs.take() if logs is not None else None):
         yield s

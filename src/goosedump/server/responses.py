@@ -10,6 +10,7 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
+from ..logprobs import MAX_TOP, ContentLogprobs
 from ..reply import Item, ReplyStream
 from .bridge import EventStream, Submitted
 from .errors import bad_request
@@ -17,7 +18,10 @@ from .params import check_common, finish_reason, max_tokens, response_id, stop_s
 from .schemas import ResponsesBody
 
 
-def response_item(item: Item, status: str) -> dict:
+LOGPROBS = "message.output_text.logprobs"      # what `include` names to have them
+
+
+def response_item(item: Item, status: str, lps: ContentLogprobs | None = None) -> dict:
     """An output item of the Responses API; in progress: without its text."""
     text = item.text if status != "in_progress" else ""
     if item.kind == "reasoning":
@@ -25,24 +29,31 @@ def response_item(item: Item, status: str) -> dict:
                 "content": [{"type": "reasoning_text", "text": text}] if status != "in_progress" else []}
     if item.kind == "content":
         return {"id": item.id, "type": "message", "role": "assistant", "status": status,
-                "content": [_output_text(text)] if status != "in_progress" else []}
+                "content": [_output_text(text, item_logprobs(lps, item))] if status != "in_progress" else []}
     return {"id": item.id, "type": "function_call", "call_id": item.call_id, "name": item.name,
             "arguments": text, "status": status}
 
 
-def _output_text(text: str) -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _output_text(text: str, logprobs: list | None = None) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def _part(item: Item, text: str) -> dict:
-    return {"type": "reasoning_text", "text": text} if item.kind == "reasoning" else _output_text(text)
+def item_logprobs(lps: ContentLogprobs | None, item: Item) -> list:
+    return lps.by_item.get(item.id, []) if lps is not None else []
+
+
+def _part(item: Item, text: str, logprobs: list | None = None) -> dict:
+    return {"type": "reasoning_text", "text": text} if item.kind == "reasoning" else _output_text(text, logprobs)
 
 
 class ResponseEvents:
-    """Item events as the Responses API's server-sent events, numbered."""
+    """Item events as the Responses API's server-sent events, numbered; a
+    text delta carries the log-probabilities of the tokens taken since the
+    last one did (with lps)."""
 
-    def __init__(self):
+    def __init__(self, lps: ContentLogprobs | None = None):
         self.seq = 0
+        self.lps = lps
 
     def sse(self, type: str, **fields) -> str:
         data = {"type": type, "sequence_number": self.seq, **fields}
@@ -62,7 +73,7 @@ class ResponseEvents:
             elif what == "delta":
                 if item.kind == "content":
                     out.append(self.sse("response.output_text.delta", **where, content_index=0, delta=text,
-                                        logprobs=[]))
+                                        logprobs=self.lps.take() if self.lps is not None else []))
                 elif item.kind == "reasoning":
                     out.append(self.sse("response.reasoning_text.delta", **where, content_index=0, delta=text))
                 else:
@@ -70,7 +81,7 @@ class ResponseEvents:
             else:
                 if item.kind == "content":
                     out.append(self.sse("response.output_text.done", **where, content_index=0, text=item.text,
-                                        logprobs=[]))
+                                        logprobs=item_logprobs(self.lps, item)))
                 elif item.kind == "reasoning":
                     out.append(self.sse("response.reasoning_text.done", **where, content_index=0,
                                         text=item.text))
@@ -79,9 +90,9 @@ class ResponseEvents:
                                         arguments=item.text))
                 if item.kind != "tool_call":
                     out.append(self.sse("response.content_part.done", **where, content_index=0,
-                                        part=_part(item, item.text)))
+                                        part=_part(item, item.text, item_logprobs(self.lps, item))))
                 out.append(self.sse("response.output_item.done", output_index=item.index,
-                                    item=response_item(item, item_status(item, incomplete))))
+                                    item=response_item(item, item_status(item, incomplete), self.lps)))
         return out
 
 
@@ -147,8 +158,10 @@ def responses_messages(body: ResponsesBody) -> list[dict]:
 class _Response:
     """A response being built: its request, its generation and its reply."""
 
-    def __init__(self, server, body: ResponsesBody, effort: str, sub: Submitted, reply: ReplyStream):
+    def __init__(self, server, body: ResponsesBody, effort: str, sub: Submitted, reply: ReplyStream,
+                 lps: ContentLogprobs | None):
         self.server, self.body, self.effort, self.sub, self.reply = server, body, effort, sub, reply
+        self.lps = lps
         self.id, self.created = response_id("resp_")
 
     def status(self) -> tuple[str, dict | None]:
@@ -169,11 +182,13 @@ class _Response:
                "temperature": body.temperature if body.temperature is not None else 1.0,
                "top_p": body.top_p if body.top_p is not None else 1.0,
                "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
-               "tools": body.tools or [], "truncation": "disabled", "store": False, "usage": None}
+               "tools": body.tools or [], "truncation": "disabled", "store": False, "usage": None,
+               "top_logprobs": body.top_logprobs}
         if r is not None:
             if status == "completed":
                 out["completed_at"] = int(time.time())
-            out["output"] = [response_item(i, item_status(i, status == "incomplete")) for i in self.reply.items]
+            out["output"] = [response_item(i, item_status(i, status == "incomplete"), self.lps)
+                             for i in self.reply.items]
             out["usage"] = {"input_tokens": r.prompt_tokens,
                             # the prompt tokens computed now stay in the KV cache for the next request
                             "input_tokens_details": {"cached_tokens": r.cached_tokens,
@@ -184,14 +199,17 @@ class _Response:
         return out
 
     async def stream(self) -> AsyncIterator[str]:
-        ev = ResponseEvents()
+        ev = ResponseEvents(self.lps)
         yield ev.sse("response.created", response=self.object(final=False))
         yield ev.sse("response.in_progress", response=self.object(final=False))
         try:
             async with self.sub.events() as events:
                 async for token, _ in events:
                     if token is not None:
-                        for s in ev.items(self.server.feed(self.sub, self.reply, token)):
+                        events = self.server.feed(self.sub, self.reply, token)
+                        if self.lps is not None:
+                            self.lps.add(self.reply)
+                        for s in ev.items(events):
                             yield s
             if self.sub.gen.result is None:
                 return
@@ -207,6 +225,18 @@ class _Response:
             yield ev.sse("response.failed", response=failed)
 
 
+def logprobs_asked(body: ResponsesBody) -> int | None:
+    """The alternatives per token asked for (top_logprobs, default 0): where
+    include names LOGPROBS or top_logprobs is above 0; else None."""
+    include = body.include or []
+    if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
+        raise bad_request("include must be a list of strings", param="include")
+    top = body.top_logprobs
+    if top is not None and not 0 <= top <= MAX_TOP:
+        raise bad_request(f"top_logprobs must be from 0 to {MAX_TOP}, got {top}", param="top_logprobs")
+    return (top or 0) if LOGPROBS in include or top else None
+
+
 async def handle(server, body: ResponsesBody, request: Request):
     server.check_model(body.model)
     check_common(body)
@@ -217,11 +247,13 @@ async def handle(server, body: ResponsesBody, request: Request):
     prompt, plan = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input", body,
                                  (body.text or {}).get("format"), "text.format")
     n = max_tokens(body.max_output_tokens, len(prompt), server.model.n_ctx, "max_output_tokens", "input")
-    sub = server.submit(prompt, n, body, "max_output_tokens", "input", plan.gate(server.tok))
-    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stop_strings(body.stop), plan.prefix))
+    n_top = logprobs_asked(body)
+    sub = server.submit(prompt, n, body, "max_output_tokens", "input", plan.gate(server.tok), n_top)
+    lps = None if n_top is None else ContentLogprobs(server.tok, sub.gen)
+    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stop_strings(body.stop), plan.prefix), lps)
     if body.stream:
         return EventStream(resp.stream(), sub.gen)
-    await server.run_reply(sub, resp.reply, request)
+    await server.run_reply(sub, resp.reply, request, lps)
     if sub.gen.result is None:
         return Response(status_code=499)
     return resp.object()

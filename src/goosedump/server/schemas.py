@@ -64,6 +64,8 @@ class ResponsesBody(Fields):
     text: Union[dict[str, Any], None] = None
     reasoning_budget: Union[int, None] = None
     metadata: Union[dict[str, Any], None] = None
+    include: Union[list[str], None] = None
+    top_logprobs: Union[int, None] = None
 
 
 # --- the OpenAPI description (/openapi.json): the bodies above, the replies'

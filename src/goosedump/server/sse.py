@@ -28,15 +28,17 @@ class Chunks:
         self.head = {"id": id, "object": obj, "created": created, "model": model, "system_fingerprint": FINGERPRINT}
         self.field, self.include_usage = field, include_usage
 
-    def choice(self, piece, finish: str | None = None) -> str:
-        d = {**self.head, "choices": [{"index": 0, self.field: piece, "logprobs": None, "finish_reason": finish}]}
+    def choice(self, piece, finish: str | None = None, logprobs: dict | None = None) -> str:
+        d = {**self.head, "choices": [{"index": 0, self.field: piece, "logprobs": logprobs, "finish_reason": finish}]}
         if self.include_usage:
             d["usage"] = None
         return sse(d)
 
-    def ending(self, empty_piece, finish: str, usage: dict) -> list[str]:
-        """The last chunks: the finish reason, then usage if asked for."""
-        return [self.choice(empty_piece, finish)] + ([sse({**self.head, "choices": [], "usage": usage})]
+    def ending(self, empty_piece, finish: str, usage: dict, logprobs: dict | None = None) -> list[str]:
+        """The last chunks: the finish reason (with the log-probabilities of
+        tokens whose text never came: held back, then cut), then usage if
+        asked for."""
+        return [self.choice(empty_piece, finish, logprobs)] + ([sse({**self.head, "choices": [], "usage": usage})]
                                                     if self.include_usage else [])
 
 
