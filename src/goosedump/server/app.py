@@ -76,11 +76,14 @@ class Server:
         return ids + plan.prefix, plan
 
     @staticmethod
-    def feed(sub: Submitted, reply: ReplyStream, token: int) -> list:
-        """A token into the reply; a stop string it completes stops the generation."""
+    def feed(sub: Submitted, reply: ReplyStream, token: int, lps=None) -> list:
+        """A token into the reply; a stop string it completes stops the
+        generation; lps (ContentLogprobs) takes the token's log-probability."""
         events = reply.feed(token)
         if reply.stopped and sub.gen.cancelled is None:
             sub.gen.cancel("stop")
+        if lps is not None:
+            lps.add(reply)
         return events
 
     async def run_reply(self, sub: Submitted, reply: ReplyStream, request: Request, lps=None) -> None:
@@ -89,9 +92,7 @@ class Server:
         async with sub.events(request) as stream:
             async for token, _ in stream:
                 if token is not None:
-                    self.feed(sub, reply, token)
-                    if lps is not None:
-                        lps.add(reply)
+                    self.feed(sub, reply, token, lps)
         reply.close()
 
     def model_card(self) -> dict:

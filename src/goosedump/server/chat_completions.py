@@ -9,11 +9,11 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..logprobs import MAX_TOP, ContentLogprobs
+from ..logprobs import ContentLogprobs
 from ..reply import ReplyEvent, ReplyStream
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import check_common, finish_reason, max_tokens, response_id, stop_strings, usage
+from .params import check_common, finish_reason, max_tokens, response_id, stop_strings, top_count, usage
 from .schemas import ChatBody
 from .sse import FINGERPRINT, Chunks, completion_stream
 
@@ -90,9 +90,7 @@ def logprobs_asked(logprobs: bool | None, top: int | None) -> int | None:
     if top is not None:
         if not logprobs:
             raise bad_request("top_logprobs needs logprobs: true", param="top_logprobs")
-        if not 0 <= top <= MAX_TOP:
-            raise bad_request(f"top_logprobs must be from 0 to {MAX_TOP}, got {top}", param="top_logprobs")
-    return (top or 0) if logprobs else None
+    return (top_count(top, "top_logprobs") or 0) if logprobs else None
 
 
 def content_logprobs(lps: ContentLogprobs | None, entries: list[dict] | None = None) -> dict | None:
@@ -120,10 +118,7 @@ async def _stream(server, sub: Submitted, reply: ReplyStream, chunks: Chunks,
             if not started:       # the role comes with the first generated token
                 started = True
                 yield chunks.choice({"role": "assistant", "content": ""})
-            events = server.feed(sub, reply, token)
-            if lps is not None:
-                lps.add(reply)
-            for d in deltas(events):
+            for d in deltas(server.feed(sub, reply, token, lps)):
                 yield chunk(d)
     r = sub.gen.result
     if r is None:

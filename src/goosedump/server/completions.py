@@ -8,12 +8,13 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..logprobs import MAX_TOP, TextLogprobs
+from ..logprobs import TextLogprobs
 from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import check_common, check_text_fits, finish_reason, max_tokens, response_id, stop_strings, usage
+from .params import (check_common, check_text_fits, finish_reason, max_tokens, response_id, stop_strings, top_count,
+                     usage)
 from .schemas import CompletionBody
 from .sse import FINGERPRINT, Chunks, completion_stream
 
@@ -24,8 +25,7 @@ async def handle(server, body: CompletionBody, request: Request):
     for field, bad in (("echo", body.echo), ("suffix", body.suffix), ("best_of", body.best_of not in (None, 1))):
         if bad:
             raise bad_request(f"{field} is not supported", param=field)
-    if body.logprobs is not None and not 0 <= body.logprobs <= MAX_TOP:
-        raise bad_request(f"logprobs must be from 0 to {MAX_TOP}, got {body.logprobs}", param="logprobs")
+    top_count(body.logprobs, "logprobs")
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         if len(prompt) != 1:

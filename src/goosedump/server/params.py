@@ -7,6 +7,7 @@ import time
 from ..reply import new_id
 from ..reply_plan import forced_call_header, resolve_tool_choice, tool_names  # noqa: F401 (re-exported)
 from ..result import ContextOverflowError
+from ..logprobs import MAX_TOP
 from ..sampling import SamplingError, SamplingParams
 from .errors import bad_request
 from .schemas import Fields
@@ -39,6 +40,13 @@ def stop_strings(stop: str | list[str] | None) -> list[str]:
     if any(s == "" for s in stops):
         raise bad_request("stop strings must not be empty", param="stop")
     return stops
+
+
+def top_count(n: int | None, param: str) -> int | None:
+    """A request's number of alternatives per token (None: not given), 0..MAX_TOP."""
+    if n is not None and not 0 <= n <= MAX_TOP:
+        raise bad_request(f"{param} must be from 0 to {MAX_TOP}, got {n}", param=param)
+    return n
 
 
 def check_common(b: Fields) -> None:

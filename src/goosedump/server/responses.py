@@ -10,11 +10,11 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..logprobs import MAX_TOP, ContentLogprobs
+from ..logprobs import ContentLogprobs
 from ..reply import Item, ReplyStream
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import check_common, finish_reason, max_tokens, response_id, stop_strings
+from .params import check_common, finish_reason, max_tokens, response_id, stop_strings, top_count
 from .schemas import ResponsesBody
 
 
@@ -206,10 +206,7 @@ class _Response:
             async with self.sub.events() as events:
                 async for token, _ in events:
                     if token is not None:
-                        events = self.server.feed(self.sub, self.reply, token)
-                        if self.lps is not None:
-                            self.lps.add(self.reply)
-                        for s in ev.items(events):
+                        for s in ev.items(self.server.feed(self.sub, self.reply, token, self.lps)):
                             yield s
             if self.sub.gen.result is None:
                 return
@@ -228,13 +225,8 @@ class _Response:
 def logprobs_asked(body: ResponsesBody) -> int | None:
     """The alternatives per token asked for (top_logprobs, default 0): where
     include names LOGPROBS or top_logprobs is above 0; else None."""
-    include = body.include or []
-    if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
-        raise bad_request("include must be a list of strings", param="include")
-    top = body.top_logprobs
-    if top is not None and not 0 <= top <= MAX_TOP:
-        raise bad_request(f"top_logprobs must be from 0 to {MAX_TOP}, got {top}", param="top_logprobs")
-    return (top or 0) if LOGPROBS in include or top else None
+    top = top_count(body.top_logprobs, "top_logprobs")      # include's type is the schema's check
+    return (top or 0) if LOGPROBS in (body.include or []) or top else None
 
 
 async def handle(server, body: ResponsesBody, request: Request):
