@@ -1,5 +1,6 @@
 """The application: one model and its engine behind the OpenAI routes, and
-the command that serves it."""
+the command that serves it. Ollama's API (/api/chat, /api/generate, ...)
+is served beside OpenAI's (goosedump.server.ollama)."""
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ from ..reply import ReplyStream
 from ..reply_plan import PlanError, ReplyPlan, plan_reply
 from ..result import ContextOverflowError
 from ..sampling import SamplingError
-from . import chat_completions, completions, responses
+from . import chat_completions, completions, ollama, responses
 from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
@@ -131,21 +132,21 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 
     @app.exception_handler(APIError)
     async def api_error(request, exc: APIError):
-        return exc.response()
+        return exc.response(request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request, exc: RequestValidationError):
-        return validation_error(exc).response()
+        return validation_error(exc).response(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         msg = f"{request.method} {request.url.path}: {exc.detail}"
-        return APIError(exc.status_code, msg, code=code).response()
+        return APIError(exc.status_code, msg, code=code).response(request.url.path)
 
     @app.exception_handler(Exception)
     async def server_error(request, exc: Exception):
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+        return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response(request.url.path)
 
     @app.get("/health", responses=ERROR_RESPONSES)
     async def health():
@@ -176,6 +177,11 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
     @app.post("/v1/responses", openapi_extra=openapi_extra(ResponsesBody, RESPONSE_REPLY))
     async def responses_api(request: Request):
         return await responses.handle(server, await parse_body(request, ResponsesBody, max_body_bytes, body_timeout), request)
+
+    async def read(request: Request, body):
+        return await parse_body(request, body, max_body_bytes, body_timeout)
+
+    ollama.register(app, server, read)
 
     return app
 

@@ -76,12 +76,12 @@ class Submitted:
 
 
 class EventStream(StreamingResponse):
-    """Server-sent events of a generation. However the response ends
-    (finished, client gone, cancelled before its first event), the
-    generation does not outlive it."""
+    """A generation's stream: server-sent events (or ollama's lines of
+    JSON). However the response ends (finished, client gone, cancelled
+    before its first event), the generation does not outlive it."""
 
-    def __init__(self, content, gen):
-        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    def __init__(self, content, gen, media_type: str = "text/event-stream"):
+        super().__init__(content, media_type=media_type, headers={"Cache-Control": "no-cache"})
         self.gen = gen
 
     async def __call__(self, scope, receive, send):

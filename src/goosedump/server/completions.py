@@ -51,7 +51,7 @@ async def handle(server, body: CompletionBody, request: Request):
                         bool((body.stream_options or {}).get("include_usage")))
         return EventStream(completion_stream(_stream(sub, stop, chunks, logs)), sub.gen)
     text = []
-    async with _pieces(sub, stop, logs, request) as pieces:
+    async with text_pieces(sub, stop, logs, request) as pieces:
         async for piece in pieces:
             text.append(piece)
     r = sub.gen.result
@@ -64,7 +64,7 @@ async def handle(server, body: CompletionBody, request: Request):
             "usage": usage(r)}
 
 
-def _pieces(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None, request: Request | None = None):
+def text_pieces(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None, request: Request | None = None):
     return contextlib.aclosing(_cut(sub, stop, logs, request))
 
 
@@ -94,7 +94,7 @@ async def _cut(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None,
 async def _stream(sub: Submitted, stop: StopFilter, chunks: Chunks, logs: TextLogprobs | None) -> AsyncIterator[str]:
     """The chunks; each carries the log-probabilities of the tokens taken
     since the last one (text held back for a stop string comes later)."""
-    async with _pieces(sub, stop, logs) as pieces:
+    async with text_pieces(sub, stop, logs) as pieces:
         async for piece in pieces:
             yield chunks.choice(piece, logprobs=logs.take() if logs is not None else None)
     r = sub.gen.result

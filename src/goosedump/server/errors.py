@@ -25,8 +25,14 @@ class APIError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+    def response(self, path: str = "") -> JSONResponse:
+        """The answer; under /api/ (ollama's routes) as ollama writes errors: {"error": message}."""
+        body = {"error": self.message} if is_ollama(path) else self.body()
+        return JSONResponse(body, status_code=self.status)
+
+
+def is_ollama(path: str) -> bool:
+    return path.startswith("/api/")
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

@@ -8,7 +8,8 @@ from collections import Counter
 
 from .errors import APIError
 
-ENDPOINTS = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/responses", "/health", "/metrics")
+ENDPOINTS = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/responses", "/health", "/metrics",
+             "/api/chat", "/api/generate")
 
 
 class Metrics:
@@ -77,7 +78,7 @@ class Metrics:
 
 
 class Middleware:
-    """Plain ASGI (it leaves streaming alone): the API key on /v1/, then
+    """Plain ASGI (it leaves streaming alone): the API key on /v1/ and /api/ (but /api/version), then
     counts every request by endpoint and status, and names the replica."""
 
     def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
@@ -101,9 +102,10 @@ class Middleware:
             await send(message)
 
         try:
-            denied = self._check_key(scope) if path.startswith("/v1/") else None
+            guarded = path.startswith(("/v1/", "/api/")) and path != "/api/version"   # (apps probe it, as /health)
+            denied = self._check_key(scope) if guarded else None
             if denied is not None:
-                await denied.response()(scope, receive, send_status)
+                await denied.response(path)(scope, receive, send_status)
             else:
                 await self.app(scope, receive, send_status)
         finally:
