@@ -28,7 +28,9 @@ def test_every_route_from_its_schema(api_schema):
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/completions", "/v1/responses",
                                                "/v1/models", "/health", "/metrics", "/api/chat", "/api/generate",
-                                               "/api/tags", "/api/show", "/api/ps", "/api/version"}
+                                               "/api/tags", "/api/show", "/api/ps", "/api/version",
+                                               "/tokenize", "/detokenize", "/apply-template", "/props",
+                                               "/v1/responses/input_tokens", "/v1/chat/completions/input_tokens"}
     for op in operations:
         @given(case=op.as_strategy())
         @settings(max_examples=int(os.environ.get("GOOSEDUMP_FUZZ_EXAMPLES", "40")), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,

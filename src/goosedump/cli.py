@@ -32,7 +32,9 @@ SERVE_SUMMARY = """endpoints (OpenAI's shapes and errors):
   POST /v1/completions            prompt (text or token ids), the same sampling fields, grammar, json_schema
   POST /v1/responses              input, instructions, tools, text.format, reasoning.effort,
                                   max_output_tokens, stream
+  POST /v1/responses/input_tokens, /v1/chat/completions/input_tokens   the prompt's tokens, counted
   GET  /health, GET /metrics      liveness; Prometheus counters (per replica)
+  POST /tokenize, /detokenize, /apply-template; GET /props   llama.cpp's token and template routes
 ollama's API beside it (ollama's shapes and errors; newline-delimited JSON streams by default):
   POST /api/chat, /api/generate   messages, tools, format, think, options (temperature, top_p, top_k, min_p,
                                   seed, num_predict, stop, repeat/presence/frequency_penalty), stream
@@ -125,7 +127,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
-                   help=f"require 'Authorization: Bearer KEY' on /v1/ and /api/ (default: ${ENV_API_KEY}; unset: open)")
+                   help=f"require 'Authorization: Bearer KEY' on /v1/, /api/ and llama.cpp's /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; unset: open)")
     _add_runtime(p)
     p.add_argument("--model-name", metavar="NAME", default=None,
                    help="the model's id in the API (default: the file's name without .gguf)")

@@ -5,7 +5,8 @@
 Endpoints: GET /v1/models, POST /v1/chat/completions, POST /v1/completions,
 POST /v1/responses, GET /health, GET /metrics; ollama's POST /api/chat,
 POST /api/generate, GET /api/tags, POST /api/show, GET /api/ps, GET
-/api/version (see docs/server.md).
+/api/version; llama.cpp's /tokenize, /detokenize, /apply-template, /props;
+OpenAI's /v1/responses/input_tokens (see docs/server.md).
 
 How a request flows: the route (app.py) reads the body (schemas.py,
 errors.py), the endpoint's module (chat_completions.py, completions.py,

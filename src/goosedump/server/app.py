@@ -1,6 +1,7 @@
 """The application: one model and its engine behind the OpenAI routes, and
 the command that serves it. Ollama's API (/api/chat, /api/generate, ...)
-is served beside OpenAI's (goosedump.server.ollama)."""
+is served beside OpenAI's (goosedump.server.ollama), and llama.cpp's
+/tokenize, /detokenize, /apply-template and /props (goosedump.server.tokens)."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ from ..reply import ReplyStream
 from ..reply_plan import PlanError, ReplyPlan, plan_reply
 from ..result import ContextOverflowError
 from ..sampling import SamplingError
-from . import chat_completions, completions, ollama, responses
+from . import chat_completions, completions, ollama, responses, tokens
 from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
@@ -182,6 +183,7 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
         return await parse_body(request, body, max_body_bytes, body_timeout)
 
     ollama.register(app, server, read)
+    tokens.register(app, server, read)
 
     return app
 

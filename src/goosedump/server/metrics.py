@@ -10,6 +10,8 @@ from .errors import APIError
 
 ENDPOINTS = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/responses", "/health", "/metrics",
              "/api/chat", "/api/generate")
+# llama.cpp's routes outside /v1/ (server/tokens.py), which want the API key as /v1/ does
+GUARDED = ("/tokenize", "/detokenize", "/apply-template", "/props")
 
 
 class Metrics:
@@ -78,7 +80,8 @@ class Metrics:
 
 
 class Middleware:
-    """Plain ASGI (it leaves streaming alone): the API key on /v1/ and /api/ (but /api/version), then
+    """Plain ASGI (it leaves streaming alone): the API key on /v1/, /api/ (but /api/version) and llama.cpp's
+    token routes, then
     counts every request by endpoint and status, and names the replica."""
 
     def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
@@ -102,7 +105,8 @@ class Middleware:
             await send(message)
 
         try:
-            guarded = path.startswith(("/v1/", "/api/")) and path != "/api/version"   # (apps probe it, as /health)
+            guarded = (path.startswith(("/v1/", "/api/")) and path != "/api/version") or path in GUARDED
+            # (/api/version is probed by apps, as /health)
             denied = self._check_key(scope) if guarded else None
             if denied is not None:
                 await denied.response(path)(scope, receive, send_status)
