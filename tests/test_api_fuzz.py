@@ -2,8 +2,8 @@
 generated bodies and parameters for every route, against the tiny model.
 No answer is a 5xx, every status and content type is one the description
 declares, every body matches its schema (OpenAI's error object for every
-4xx, ollama's {"error": "..."} under /api/), and the server answers /health
-after it all."""
+4xx, ollama's {"error": "..."} under /api/, Anthropic's under /v1/messages),
+and the server answers /health after it all."""
 import os
 
 import pytest
@@ -30,7 +30,8 @@ def test_every_route_from_its_schema(api_schema):
                                                "/v1/models", "/health", "/metrics", "/api/chat", "/api/generate",
                                                "/api/tags", "/api/show", "/api/ps", "/api/version",
                                                "/tokenize", "/detokenize", "/apply-template", "/props",
-                                               "/v1/responses/input_tokens", "/v1/chat/completions/input_tokens"}
+                                               "/v1/responses/input_tokens", "/v1/chat/completions/input_tokens",
+                                               "/v1/messages", "/v1/messages/count_tokens"}
     for op in operations:
         @given(case=op.as_strategy())
         @settings(max_examples=int(os.environ.get("GOOSEDUMP_FUZZ_EXAMPLES", "40")), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
@@ -45,6 +46,8 @@ def test_every_route_from_its_schema(api_schema):
                 error = response.json()["error"]
                 if op.path.startswith("/api/"):
                     assert isinstance(error, str) and error
+                elif op.path.startswith("/v1/messages"):
+                    assert response.json()["type"] == "error" and set(error) == {"type", "message"} and error["message"]
                 else:
                     assert set(error) == {"message", "type", "param", "code"} and error["message"]
         check()

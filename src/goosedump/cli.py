@@ -39,9 +39,13 @@ ollama's API beside it (ollama's shapes and errors; newline-delimited JSON strea
   POST /api/chat, /api/generate   messages, tools, format, think, options (temperature, top_p, top_k, min_p,
                                   seed, num_predict, stop, repeat/presence/frequency_penalty), stream
   GET  /api/tags, /api/ps, /api/version; POST /api/show
+Anthropic's Messages API beside them (Anthropic's shapes, events and errors):
+  POST /v1/messages               messages (text, thinking, tool_use, tool_result blocks), system, max_tokens,
+                                  tools, tool_choice, thinking, output_config, stop_sequences, stream
+  POST /v1/messages/count_tokens
 replies carry reasoning_content beside content; usage counts cached prompt tokens; every response names
 its replica in X-Goosedump-Replica. Point the openai client at http://HOST:PORT/v1 (api_key: the
---api-key, or any string without one); an ollama client at http://HOST:PORT."""
+--api-key, or any string without one); an ollama or anthropic client at http://HOST:PORT."""
 
 
 def _add_model(p: argparse.ArgumentParser, positional: bool = True) -> None:
@@ -127,7 +131,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
-                   help=f"require 'Authorization: Bearer KEY' on /v1/, /api/ and llama.cpp's /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; unset: open)")
+                   help=f"require 'Authorization: Bearer KEY' (or x-api-key: KEY) on /v1/, /api/ and llama.cpp's /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; unset: open)")
     _add_runtime(p)
     p.add_argument("--model-name", metavar="NAME", default=None,
                    help="the model's id in the API (default: the file's name without .gguf)")
@@ -205,7 +209,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     ch.add_argument("--profile", action="store_true", help="after each answer, report where time, memory "
                                                           "and routing went")
 
-    sv = add("serve", "serve the model over an OpenAI- and ollama-compatible HTTP API", commands.cmd_serve,
+    sv = add("serve", "serve the model over OpenAI-, ollama- and Anthropic-compatible HTTP APIs", commands.cmd_serve,
              epilog=SERVE_SUMMARY, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_serve_arguments(sv)
 

@@ -74,15 +74,17 @@ class StopFilter:
         self.stops = stops
         self.held = ""
         self.hit = False
+        self.matched: str | None = None    # the stop string that ended the text
 
     def push(self, piece: str) -> str:
-        """The part of held + piece that is safe to emit; sets .hit (and drops
-        the rest) when a stop string appears."""
+        """The part of held + piece that is safe to emit; sets .hit and
+        .matched (and drops the rest) when a stop string appears."""
         buf = self.held + piece
-        found = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        found = [(i, s) for i, s in ((buf.find(s), s) for s in self.stops) if i >= 0]
         if found:
+            at, self.matched = min(found, key=lambda f: f[0])
             self.held, self.hit = "", True
-            return buf[:min(found)]
+            return buf[:at]
         keep = 0      # the longest tail of buf that begins some stop string
         for s in self.stops:
             for n in range(min(len(s) - 1, len(buf)), keep, -1):

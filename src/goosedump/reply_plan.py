@@ -98,9 +98,11 @@ def format_grammar(fmt, param: str = "response_format") -> str | None:
 
 def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_format=None,
                reasoning_budget: int | None = None, grammar: str | None = None, json_schema=None,
-               harmony: bool = True, format_param: str = "response_format") -> ReplyPlan:
+               harmony: bool = True, format_param: str = "response_format",
+               object_arguments: bool = False) -> ReplyPlan:
     """The plan of a chat reply. grammar / json_schema (llama.cpp's fields)
-    constrain the final answer as response_format does."""
+    constrain the final answer as response_format does; object_arguments:
+    every tool call's arguments must parse (arguments_grammar)."""
     rendered, forced, required = resolve_tool_choice(tool_choice, tools)
     if not harmony:               # another chat format: no channels to constrain
         if response_format not in (None, {"type": "text"}) or grammar or json_schema or reasoning_budget:
@@ -123,15 +125,8 @@ def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_
             final = schema_grammar(json_schema, "json_schema")
         except ConstraintError as e:
             raise PlanError(str(e), "json_schema") from None
-    strict = {}
-    for fn in map(_function, rendered or []):
-        if fn is not None:
-            try:
-                strict[fn["name"]] = (schema_grammar(fn.get("parameters") or {"type": "object"},
-                                                     f"the parameters of tool {fn['name']!r}")
-                                      if fn.get("strict") else None)
-            except ConstraintError as e:
-                raise PlanError(str(e), "tools") from None
+    strict = {fn["name"]: arguments_grammar(fn, object_arguments)
+              for fn in map(_function, rendered or []) if fn is not None}
     prefix = forced_call_header(tok, forced) if forced else []
     constrained = final is not None or required or reasoning_budget is not None or \
         any(g is not None for g in strict.values())
@@ -140,6 +135,21 @@ def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_
     tools_allowed = {forced: strict.get(forced)} if forced else strict
     spec = ReplySpec(final=final, tools=tools_allowed, reasoning_budget=reasoning_budget, allow_final=not required)
     return ReplyPlan(rendered, prefix, spec)
+
+
+def arguments_grammar(fn: dict, objects: bool) -> str | None:
+    """A tool's arguments' grammar (None: free): a strict tool's schema (one
+    that does not compile is refused); with objects (ollama's and Anthropic's
+    APIs return the arguments as an object, so they must parse), every
+    tool's schema where it compiles, else any JSON object."""
+    if not (fn.get("strict") or objects):
+        return None
+    try:
+        return schema_grammar(fn.get("parameters") or {"type": "object"}, f"the parameters of tool {fn['name']!r}")
+    except ConstraintError as e:
+        if fn.get("strict"):
+            raise PlanError(str(e), "tools") from None
+        return any_json_object()
 
 
 def raw_constraint(tok, grammar: str | None = None, json_schema=None) -> Free | None:

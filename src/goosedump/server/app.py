@@ -1,7 +1,8 @@
 """The application: one model and its engine behind the OpenAI routes, and
 the command that serves it. Ollama's API (/api/chat, /api/generate, ...)
 is served beside OpenAI's (goosedump.server.ollama), and llama.cpp's
-/tokenize, /detokenize, /apply-template and /props (goosedump.server.tokens)."""
+/tokenize, /detokenize, /apply-template and /props (goosedump.server.tokens),
+and Anthropic's Messages API (goosedump.server.anthropic)."""
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ from ..reply import ReplyStream
 from ..reply_plan import PlanError, ReplyPlan, plan_reply
 from ..result import ContextOverflowError
 from ..sampling import SamplingError
-from . import chat_completions, completions, ollama, responses, tokens
+from . import anthropic, chat_completions, completions, ollama, responses, tokens
 from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
@@ -62,12 +63,14 @@ class Server:
             raise bad_request(f"{prompt_param}: {e}", param=prompt_param) from None
 
     def render(self, messages: list[dict], tools, tool_choice, effort: str | None, param: str,
-               body: Fields, response_format=None, format_param: str = "response_format") -> tuple[list[int], ReplyPlan]:
+               body: Fields, response_format=None, format_param: str = "response_format",
+               object_arguments: bool = False) -> tuple[list[int], ReplyPlan]:
         """(prompt ids, the reply's plan: its forced prefix, also in the
-        prompt, and its constraint)."""
+        prompt, and its constraint; object_arguments: every tool call's
+        arguments must parse, for the APIs that return them as objects)."""
         try:
             plan = plan_reply(self.tok, tools, tool_choice, response_format, getattr(body, "reasoning_budget", None),
-                              body.grammar, body.json_schema, self.harmony, format_param)
+                              body.grammar, body.json_schema, self.harmony, format_param, object_arguments)
         except PlanError as e:
             raise bad_request(str(e), param=e.param) from None
         check_text_fits(text_chars(messages) + text_chars(tools), self.tok, self.model.n_ctx, param)
@@ -184,6 +187,7 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 
     ollama.register(app, server, read)
     tokens.register(app, server, read)
+    anthropic.register(app, server, read)
 
     return app
 

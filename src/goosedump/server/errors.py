@@ -26,13 +26,23 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def response(self, path: str = "") -> JSONResponse:
-        """The answer; under /api/ (ollama's routes) as ollama writes errors: {"error": message}."""
-        body = {"error": self.message} if is_ollama(path) else self.body()
+        """The answer, in the shape of the API the path belongs to: under
+        /api/ (ollama's routes) {"error": message}; under /v1/messages
+        (Anthropic's) {"type": "error", "error": {"type", "message"}}."""
+        if path.startswith("/api/"):
+            body = {"error": self.message}
+        elif path.startswith("/v1/messages"):
+            kind = ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+            body = {"type": "error", "error": {"type": kind, "message": self.message}}
+        else:
+            body = self.body()
         return JSONResponse(body, status_code=self.status)
 
 
-def is_ollama(path: str) -> bool:
-    return path.startswith("/api/")
+# Anthropic's error types by status
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error",
+                   500: "api_error", 529: "overloaded_error"}
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

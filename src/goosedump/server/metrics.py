@@ -9,7 +9,7 @@ from collections import Counter
 from .errors import APIError
 
 ENDPOINTS = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/responses", "/health", "/metrics",
-             "/api/chat", "/api/generate")
+             "/api/chat", "/api/generate", "/v1/messages")
 # llama.cpp's routes outside /v1/ (server/tokens.py), which want the API key as /v1/ does
 GUARDED = ("/tokenize", "/detokenize", "/apply-template", "/props")
 
@@ -118,7 +118,10 @@ class Middleware:
     def _check_key(self, scope) -> APIError | None:
         if not self.api_key:
             return None
-        auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        headers = dict(scope["headers"])
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        if not auth and b"x-api-key" in headers:       # Anthropic's header
+            auth = "Bearer " + headers[b"x-api-key"].decode("latin-1")
         if not auth:
             return APIError(401, "No API key given: send the header 'Authorization: Bearer YOUR_KEY'.",
                             code="invalid_api_key")

@@ -24,8 +24,7 @@ from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import APIError, bad_request
-from .ollama_params import (OllamaChatBody, OllamaFields, OllamaGenerateBody, chat_messages, read_request,
-                            strict_tools)
+from .ollama_params import OllamaChatBody, OllamaFields, OllamaGenerateBody, chat_messages, read_request
 from .params import check_text_fits, finish_reason, max_tokens
 
 NDJSON = "application/x-ndjson"
@@ -110,7 +109,7 @@ def register(app: FastAPI, server, read) -> None:
     async def chat(request: Request):
         body = await read(request, OllamaChatBody)
         info.named(body.model)
-        return await reply(server, body, request, chat_messages(body.messages), strict_tools(body.tools), True)
+        return await reply(server, body, request, chat_messages(body.messages), body.tools, True)
 
     @app.post("/api/generate", openapi_extra=described("a completion, or its stream", OllamaGenerateBody))
     async def generate(request: Request):
@@ -223,7 +222,7 @@ async def reply(server, body: OllamaFields, request: Request, messages: list[dic
         return {**shape.chunk(done=True), "done_reason": "load"}
     prompt_param = "messages" if chat else "prompt"
     prompt, plan = server.render(messages, tools, None, req.effort, prompt_param, req.fields, req.response_format,
-                                 "format")
+                                 "format", object_arguments=True)
     if not chat and getattr(body, "context", None):
         prompt = tokens(server, body.context) + prompt
     n = max_tokens(req.limit, len(prompt), server.model.n_ctx, "options.num_predict", prompt_param)

@@ -151,16 +151,6 @@ def response_format(fmt) -> dict | None:
     raise bad_request(f"format must be \"json\" or a JSON schema object, got {fmt!r}", param="format")
 
 
-def strict_tools(tools: list[dict] | None) -> list[dict] | None:
-    """The tools with their arguments held to their schemas: ollama returns
-    a call's arguments as an object, so they must parse."""
-    out = []
-    for t in tools or []:
-        fn = t.get("function") if isinstance(t, dict) else None
-        out.append({**t, "function": {**fn, "strict": True}} if isinstance(fn, dict) else t)
-    return out or None
-
-
 def chat_messages(messages: list) -> list[dict]:
     """ollama's messages as the chat renderer reads OpenAI's: `thinking` as
     reasoning, tool calls given ids, a tool result named by its tool_name,

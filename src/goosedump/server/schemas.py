@@ -98,18 +98,19 @@ SSE_EVENT = {"type": "object", "required": ["data"],
                             "retry": {"type": "integer", "minimum": 0}}}
 
 
-def openapi_extra(body: type[BaseModel], reply: dict) -> dict:
+def openapi_extra(body: type[BaseModel], reply: dict, message: dict = MESSAGE, error: dict = ERROR) -> dict:
     """openapi_extra of a route that reads `body` itself (parse_body): its
-    request body and its answers, for /openapi.json."""
+    request body (message: the schema of each of its messages) and its
+    answers (error: the API's error object), for /openapi.json."""
     schema = body.model_json_schema()
     if "messages" in schema["properties"]:
-        schema["properties"]["messages"] = {"type": "array", "items": MESSAGE, "minItems": 1}
+        schema["properties"]["messages"] = {"type": "array", "items": message, "minItems": 1}
     json_or_sse = {"application/json": {"schema": reply}, "text/event-stream": {"schema": SSE_EVENT}}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
             "responses": {"200": {"description": "the reply (a stream of server-sent events when stream is true)",
                                   "content": json_or_sse},
-                          **{code: {"description": "an error, as OpenAI answers it",
-                                    "content": {"application/json": {"schema": ERROR}}} for code in ERROR_STATUSES}}}
+                          **{code: {"description": "an error",
+                                    "content": {"application/json": {"schema": error}}} for code in ERROR_STATUSES}}}
 
 
 CHAT_REPLY = {"type": "object", "required": ["id", "object", "choices", "usage"],
