@@ -62,6 +62,7 @@ def conversations():
         ("system and developer", [{"role": "system", "content": "A"}, {"role": "developer", "content": "B"}, u], {}),
         ("effort low", [u], {"reasoning_effort": "low"}),
         ("effort high", [u], {"reasoning_effort": "high", "date": "2024-12-31"}),
+        ("model identity", [u], {"model_identity": "You are Goose, a model that runs on a CPU."}),
         ("second turn drops reasoning", [u, a1, {"role": "user", "content": "And 3 + 3?"}], {}),
         ("answer without reasoning", [u, {"role": "assistant", "content": "4"}, {"role": "user", "content": "ok"}],
          {}),
@@ -101,8 +102,10 @@ def reference_messages(messages, opts):
     (the format guide's rule) and harmony's auto-drop is then off."""
     effort = {"low": H.ReasoningEffort.LOW, "medium": H.ReasoningEffort.MEDIUM,
               "high": H.ReasoningEffort.HIGH}[opts.get("reasoning_effort", "medium")]
-    out = [Message.from_role_and_content(Role.SYSTEM, SystemContent.new().with_reasoning_effort(effort)
-                                         .with_conversation_start_date(opts.get("date", DATE)))]
+    system = SystemContent.new().with_reasoning_effort(effort).with_conversation_start_date(opts.get("date", DATE))
+    if "model_identity" in opts:
+        system = system.with_model_identity(opts["model_identity"])
+    out = [Message.from_role_and_content(Role.SYSTEM, system)]
     instructions = [m["content"] for m in messages if m["role"] in ("system", "developer")]
     tools = [ToolDescription.new(t["function"]["name"], t["function"].get("description", ""),
                                  parameters=t["function"].get("parameters")) for t in opts.get("tools", [])]

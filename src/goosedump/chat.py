@@ -87,11 +87,14 @@ class ChatOptions:
     reasoning_effort: str = "medium"
     date: str | None = None            # YYYY-MM-DD; None: today
     tools: list[Tool] = field(default_factory=list)
+    model_identity: str | None = None  # the system message's first line; None: harmony's own
 
     def __post_init__(self):
         if self.reasoning_effort not in harmony.REASONING_EFFORTS:
             raise ChatError(f"reasoning_effort must be one of {', '.join(harmony.REASONING_EFFORTS)}, "
                             f"got {self.reasoning_effort!r}")
+        if self.model_identity is not None and not isinstance(self.model_identity, str):
+            raise ChatError(f"model_identity must be a string, got {type(self.model_identity).__name__}")
         if self.date is None:
             self.date = dt.date.today().isoformat()
         elif not DATE_RE.match(self.date):
@@ -126,7 +129,8 @@ def to_harmony(messages: Sequence[dict], opts: ChatOptions) -> list[Message]:
         else:
             raise ChatError(f"{where}: role must be system, developer, user, assistant or tool, got {role!r}")
     system = Message("system", harmony.system_text(
-        SystemContent(reasoning_effort=opts.reasoning_effort, date=opts.date), bool(opts.tools)))
+        SystemContent(reasoning_effort=opts.reasoning_effort, date=opts.date,
+                      model_identity=opts.model_identity or harmony.MODEL_IDENTITY), bool(opts.tools)))
     head = [system]
     if instructions or opts.tools:
         head.append(Message("developer", harmony.developer_text(
@@ -195,7 +199,8 @@ def render_template(template: str, messages: Sequence[dict], opts: ChatOptions, 
     try:
         text = env.from_string(template).render(
             messages=list(messages), tools=tools, add_generation_prompt=True,
-            reasoning_effort=opts.reasoning_effort, bos_token="", eos_token="")
+            reasoning_effort=opts.reasoning_effort, bos_token="", eos_token="",
+            **({"model_identity": opts.model_identity} if opts.model_identity is not None else {}))
     except jinja2.TemplateError as e:
         raise ChatError(f"the model's chat template failed: {e}") from None
     return tokenizer.encode(text, allow_special=True)
@@ -203,9 +208,10 @@ def render_template(template: str, messages: Sequence[dict], opts: ChatOptions, 
 
 def render_chat(tokenizer, template: str | None, messages: Sequence[dict], *, reasoning_effort: str = "medium",
                 tools: Sequence[dict] | None = None, date: str | None = None,
-                chat_format: str = "auto") -> list[int]:
-    """Prompt tokens for a conversation, ending where the assistant speaks."""
-    opts = ChatOptions(reasoning_effort, date, parse_tools(tools))
+                chat_format: str = "auto", model_identity: str | None = None) -> list[int]:
+    """Prompt tokens for a conversation, ending where the assistant speaks;
+    model_identity replaces the system message's "You are ChatGPT, ..."."""
+    opts = ChatOptions(reasoning_effort, date, parse_tools(tools), model_identity)
     if chat_format not in ("auto", "harmony", "template"):
         raise ChatError(f"chat_format must be auto, harmony or template, got {chat_format!r}")
     if not messages:

@@ -131,10 +131,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
-                   help=f"require 'Authorization: Bearer KEY' (or x-api-key: KEY) on /v1/, /api/ and llama.cpp's /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; unset: open)")
+                   help=f"require 'Authorization: Bearer KEY' (or x-api-key: KEY) on /v1/, /api/ and llama.cpp's "
+                        f"/tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; unset: open)")
     _add_runtime(p)
     p.add_argument("--model-name", metavar="NAME", default=None,
                    help="the model's id in the API (default: the file's name without .gguf)")
+    p.add_argument("--chat-template-kwargs", metavar="JSON", default=None,
+                   help="defaults for every request's chat_template_kwargs (llama.cpp's flag): a JSON object with "
+                        "reasoning_effort (low, medium, high), model_identity (the system message's first line), "
+                        "enable_thinking (false: no reasoning), e.g. '{\"reasoning_effort\": \"high\"}'; a "
+                        "request's own fields win")
     p.add_argument("--max-batch", type=int, default=4,
                    help="requests the engine decodes together, where it can (default 4)")
     p.add_argument("--max-body-size", metavar="SIZE", default="16M",

@@ -301,6 +301,25 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return run_chat(session)
 
 
+def template_kwargs(text: str | None) -> dict | None:
+    """serve's --chat-template-kwargs, read and checked before anything loads."""
+    if text is None:
+        return None
+    try:
+        kw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--chat-template-kwargs is not JSON: {e} (got {text!r})") from None
+    if not isinstance(kw, dict):
+        raise UsageError(f"--chat-template-kwargs must be a JSON object, got {text!r}")
+    from .server.errors import APIError
+    from .server.params import template_options
+    try:
+        template_options(kw, None, "--chat-template-kwargs")
+    except APIError as e:
+        raise UsageError(e.message) from None
+    return kw
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import socket
     if args.max_batch < 1:
@@ -312,6 +331,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--body-timeout must be more than 0 seconds, got {args.body_timeout}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
+    args.chat_template_kwargs = template_kwargs(args.chat_template_kwargs)
     try:                        # a port in use is said before anything loads
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
             probe.bind((args.host, args.port))

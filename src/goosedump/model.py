@@ -235,13 +235,14 @@ class Model:
 
     def render_chat(self, messages: Sequence[dict], *, reasoning_effort: str = "medium",
                     tools: Sequence[dict] | None = None, date: str | None = None,
-                    chat_format: str = "auto") -> list[int]:
+                    chat_format: str = "auto", model_identity: str | None = None) -> list[int]:
         """Prompt tokens for an OpenAI-style conversation (see goosedump.chat):
         harmony for gpt-oss models, the GGUF's chat template otherwise or with
-        chat_format="template". date is YYYY-MM-DD (default today)."""
+        chat_format="template". date is YYYY-MM-DD (default today);
+        model_identity replaces the system message's "You are ChatGPT, ..."."""
         from .chat import render_chat
         return render_chat(self.tokenizer, self.chat_template, messages, reasoning_effort=reasoning_effort,
-                           tools=tools, date=date, chat_format=chat_format)
+                           tools=tools, date=date, chat_format=chat_format, model_identity=model_identity)
 
     def close(self) -> None:
         if self._store is not None:

@@ -141,14 +141,14 @@ def tool_choice(choice: dict | None):
     return mapped
 
 
-def reasoning(body: MessagesBody) -> tuple[str, int | None, bool]:
-    """(effort, reasoning budget or None, whether the thinking is shown):
+def reasoning(body: MessagesBody) -> tuple[str | None, int | None, bool]:
+    """(effort or None for the default, reasoning budget or None, whether the thinking is shown):
     thinking enabled sets the budget, disabled forbids reasoning, adaptive
     or none leaves it to the model (gpt-oss always reasons); output_config's
     effort sets harmony's (xhigh and max as high)."""
-    effort = (body.output_config or {}).get("effort") or "medium"
+    effort = (body.output_config or {}).get("effort")
     effort = {"xhigh": "high", "max": "high"}.get(effort, effort)
-    if effort not in REASONING_EFFORTS:
+    if effort is not None and effort not in REASONING_EFFORTS:
         raise bad_request(f"output_config.effort must be low, medium, high, xhigh or max, got {effort!r}",
                           param="output_config")
     t = body.thinking or {}

@@ -27,7 +27,7 @@ from . import anthropic, chat_completions, completions, ollama, responses, token
 from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
-from .params import check_text_fits, context_error, sampling_params, text_chars
+from .params import TemplateOptions, check_text_fits, context_error, sampling_params, template_options, text_chars
 from .schemas import (CHAT_REPLY, COMPLETION_REPLY, ERROR_RESPONSES, RESPONSE_REPLY, ChatBody, CompletionBody, Fields, ResponsesBody,
                       openapi_extra)
 
@@ -36,8 +36,9 @@ class Server:
     """What every endpoint shares: the model, its engine, the metrics and the
     generations in flight."""
 
-    def __init__(self, model, model_name: str, max_batch: int | None = None):
+    def __init__(self, model, model_name: str, max_batch: int | None = None, template_kwargs: dict | None = None):
         self.model = model
+        self.template_kwargs = template_kwargs     # serve's --chat-template-kwargs
         self.name = model_name
         self.tok = model.tokenizer
         self.harmony = has_harmony_tokens(self.tok)
@@ -67,18 +68,26 @@ class Server:
                object_arguments: bool = False) -> tuple[list[int], ReplyPlan]:
         """(prompt ids, the reply's plan: its forced prefix, also in the
         prompt, and its constraint; object_arguments: every tool call's
-        arguments must parse, for the APIs that return them as objects)."""
+        arguments must parse, for the APIs that return them as objects).
+        effort: the request's (None: chat_template_kwargs', else medium)."""
+        opts = self.template(body)
+        budget = getattr(body, "reasoning_budget", None)
         try:
-            plan = plan_reply(self.tok, tools, tool_choice, response_format, getattr(body, "reasoning_budget", None),
+            plan = plan_reply(self.tok, tools, tool_choice, response_format, opts.budget if budget is None else budget,
                               body.grammar, body.json_schema, self.harmony, format_param, object_arguments)
         except PlanError as e:
             raise bad_request(str(e), param=e.param) from None
         check_text_fits(text_chars(messages) + text_chars(tools), self.tok, self.model.n_ctx, param)
         try:
-            ids = self.model.render_chat(messages, reasoning_effort=effort or "medium", tools=plan.tools)
+            ids = self.model.render_chat(messages, reasoning_effort=effort or opts.effort or "medium",
+                                         tools=plan.tools, model_identity=opts.identity)
         except ChatError as e:
             raise chat_error(e, param) from None
         return ids + plan.prefix, plan
+
+    def template(self, body) -> TemplateOptions:
+        """The request's chat_template_kwargs over serve's."""
+        return template_options(self.template_kwargs, getattr(body, "chat_template_kwargs", None))
 
     @staticmethod
     def feed(sub: Submitted, reply: ReplyStream, token: int, lps=None) -> list:
@@ -115,14 +124,15 @@ class Server:
 
 def create_app(model, *, model_name: str, api_key: str | None = None, max_batch: int | None = None,
                replica: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
-               body_timeout: float = BODY_IDLE_SECONDS) -> FastAPI:
+               body_timeout: float = BODY_IDLE_SECONDS, chat_template_kwargs: dict | None = None) -> FastAPI:
     """The FastAPI application serving `model` under the id `model_name`;
     with api_key, /v1/ wants 'Authorization: Bearer <api_key>'. Every
     response carries X-Goosedump-Replica: `replica` (default: this host and
     process), the same app whether alone or one of Ray Serve's replicas.
     A request body over max_body_bytes is refused with a 413, one that
-    stops arriving for body_timeout seconds with a 408."""
-    server = Server(model, model_name, max_batch)
+    stops arriving for body_timeout seconds with a 408. chat_template_kwargs:
+    defaults for every request's (llama.cpp's --chat-template-kwargs)."""
+    server = Server(model, model_name, max_batch, chat_template_kwargs)
     replica = replica or f"{os.uname().nodename}:{os.getpid()}"
 
     @contextlib.asynccontextmanager
@@ -198,7 +208,8 @@ def serve(args: argparse.Namespace, model) -> int:
     model.stepper              # map the weights now, not inside the first request
     name = args.model_name or os.path.basename(model.path).removesuffix(".gguf")
     app = create_app(model, model_name=name, api_key=args.api_key, max_batch=args.max_batch,
-                     max_body_bytes=args.max_body_size, body_timeout=args.body_timeout)
+                     max_body_bytes=args.max_body_size, body_timeout=args.body_timeout,
+                     chat_template_kwargs=args.chat_template_kwargs)
     print(f"goosedump serve: {name} on http://{args.host}:{args.port}/v1 (context {model.n_ctx} tokens"
           f"{', API key required' if args.api_key else ''})", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

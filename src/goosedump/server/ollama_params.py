@@ -61,7 +61,7 @@ class Request:
     fields: Fields                  # sampling, for Server.submit
     limit: int | None               # tokens to generate at most (None: until the context is full)
     stops: list[str]
-    effort: str                     # the harmony reasoning effort
+    effort: str | None              # the harmony reasoning effort (None: the server's default)
     show_thinking: bool
     response_format: dict | None    # as the OpenAI API writes it
     n_top: int | None               # alternatives per token's log-probability (None: no logprobs)
@@ -126,12 +126,12 @@ def stop_list(value) -> list[str]:
     return stops
 
 
-def thinking(think) -> tuple[str, bool]:
-    """(reasoning effort, whether the reply reasons): gpt-oss always reasons
-    unless forbidden, so think false forbids it (a reasoning budget of 0);
-    its levels are the efforts."""
+def thinking(think) -> tuple[str | None, bool]:
+    """(reasoning effort, None for the default; whether the reply reasons):
+    gpt-oss always reasons unless forbidden, so think false forbids it (a
+    reasoning budget of 0); its levels are the efforts."""
     if think is None or think is True:
-        return "medium", True
+        return None, True
     if think is False:
         return "low", False
     if think in REASONING_EFFORTS:

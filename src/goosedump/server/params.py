@@ -3,7 +3,9 @@ stop strings, tool choice, token limits, usage and finish reasons."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
+from ..harmony import REASONING_EFFORTS
 from ..reply import new_id
 from ..reply_plan import forced_call_header, resolve_tool_choice, tool_names  # noqa: F401 (re-exported)
 from ..result import ContextOverflowError
@@ -129,3 +131,34 @@ def text_chars(value) -> int:
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
     return total
+
+
+@dataclass
+class TemplateOptions:
+    """What a request's chat_template_kwargs ask of the prompt."""
+    effort: str | None = None          # the reasoning effort (None: not asked)
+    identity: str | None = None        # the system message's model identity
+    budget: int | None = None          # 0 where enable_thinking is false
+
+
+def template_options(defaults: dict | None, given, param: str = "chat_template_kwargs") -> TemplateOptions:
+    """llama.cpp's chat_template_kwargs (serve's --chat-template-kwargs, the
+    request's over them) as gpt-oss's template reads them: reasoning_effort
+    and model_identity; enable_thinking false forbids reasoning;
+    builtin_tools are refused (no browser or python tool is served). Other
+    keys are ignored, as a template ignores names it does not use."""
+    if given is not None and not isinstance(given, dict):
+        raise bad_request(f"{param} must be an object, got {type(given).__name__}", param=param)
+    kw = {**(defaults or {}), **(given or {})}
+    effort, identity, thinking = kw.get("reasoning_effort"), kw.get("model_identity"), kw.get("enable_thinking")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise bad_request(f"{param}.reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {effort!r}",
+                          param=param)
+    if identity is not None and not isinstance(identity, str):
+        raise bad_request(f"{param}.model_identity must be a string, got {identity!r}", param=param)
+    if thinking is not None and not isinstance(thinking, bool):
+        raise bad_request(f"{param}.enable_thinking must be true or false, got {thinking!r}", param=param)
+    if kw.get("builtin_tools"):
+        raise bad_request(f"{param}.builtin_tools is not supported: this server runs no browser or python tool "
+                          "(declare the tools you run as function tools)", param=param)
+    return TemplateOptions(effort, identity, 0 if thinking is False else None)

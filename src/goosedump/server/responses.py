@@ -235,7 +235,7 @@ async def handle(server, body: ResponsesBody, request: Request):
     if body.previous_response_id:
         raise bad_request("previous_response_id is not supported: this server keeps no state; send the "
                           "whole conversation in 'input'", param="previous_response_id")
-    effort = (body.reasoning or {}).get("effort") or "medium"
+    effort = (body.reasoning or {}).get("effort") or server.template(body).effort or "medium"
     prompt, plan = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input", body,
                                  (body.text or {}).get("format"), "text.format")
     n = max_tokens(body.max_output_tokens, len(prompt), server.model.n_ctx, "max_output_tokens", "input")

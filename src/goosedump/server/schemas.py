@@ -42,6 +42,8 @@ class ChatBody(Fields):
     reasoning_budget: Union[int, None] = None  # goosedump: analysis tokens at most (0: none)
     logprobs: Union[bool, None] = None
     top_logprobs: Union[int, None] = None
+    # llama.cpp's: reasoning_effort, model_identity, enable_thinking (server/params.py template_options)
+    chat_template_kwargs: Union[dict[str, Any], None] = None
 
 
 class CompletionBody(Fields):

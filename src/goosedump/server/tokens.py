@@ -79,8 +79,10 @@ def register(app: FastAPI, server, read) -> None:
     @app.post("/apply-template", openapi_extra=openapi_extra(ChatBody, reply_schema("prompt")))
     async def apply_template(request: Request):
         body = await read(request, ChatBody)
+        opts = server.template(body)
         try:
-            ids = model.render_chat(body.messages, reasoning_effort=body.reasoning_effort or "medium", tools=body.tools)
+            ids = model.render_chat(body.messages, reasoning_effort=body.reasoning_effort or opts.effort or "medium",
+                                    tools=body.tools, model_identity=opts.identity)
         except ChatError as e:
             raise chat_error(e) from None
         return {"prompt": tok.decode(ids)}
@@ -112,7 +114,7 @@ def register(app: FastAPI, server, read) -> None:
         server.check_model(body.model)
         if body.input is None:
             body.input = []
-        effort = (body.reasoning or {}).get("effort") or "medium"
+        effort = (body.reasoning or {}).get("effort")
         prompt, _ = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input", body,
                                   (body.text or {}).get("format"), "text.format")
         return {"object": "response.input_tokens", "input_tokens": len(prompt)}
