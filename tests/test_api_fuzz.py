@@ -29,7 +29,7 @@ def test_every_route_from_its_schema(api_schema):
     assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/completions", "/v1/responses",
                                                "/v1/models", "/health", "/metrics", "/api/chat", "/api/generate",
                                                "/api/tags", "/api/show", "/api/ps", "/api/version",
-                                               "/tokenize", "/detokenize", "/apply-template", "/props",
+                                               "/completion", "/tokenize", "/detokenize", "/apply-template", "/props",
                                                "/v1/responses/input_tokens", "/v1/chat/completions/input_tokens",
                                                "/v1/messages", "/v1/messages/count_tokens"}
     for op in operations:

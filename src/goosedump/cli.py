@@ -34,6 +34,7 @@ SERVE_SUMMARY = """endpoints (OpenAI's shapes and errors):
                                   max_output_tokens, stream
   POST /v1/responses/input_tokens, /v1/chat/completions/input_tokens   the prompt's tokens, counted
   GET  /health, GET /metrics      liveness; Prometheus counters (per replica)
+  POST /completion                llama.cpp's own: prompt, n_predict, its sampling names, grammar, n_probs
   POST /tokenize, /detokenize, /apply-template; GET /props   llama.cpp's token and template routes
 ollama's API beside it (ollama's shapes and errors; newline-delimited JSON streams by default):
   POST /api/chat, /api/generate   messages, tools, format, think, options (temperature, top_p, top_k, min_p,
@@ -132,7 +133,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
                    help=f"require 'Authorization: Bearer KEY' (or x-api-key: KEY) on /v1/, /api/ and llama.cpp's "
-                        f"/tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; unset: open)")
+                        f"/completion, /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; unset: open)")
     _add_runtime(p)
     p.add_argument("--model-name", metavar="NAME", default=None,
                    help="the model's id in the API (default: the file's name without .gguf)")

@@ -1,7 +1,8 @@
 """The application: one model and its engine behind the OpenAI routes, and
 the command that serves it. Ollama's API (/api/chat, /api/generate, ...)
 is served beside OpenAI's (goosedump.server.ollama), and llama.cpp's
-/tokenize, /detokenize, /apply-template and /props (goosedump.server.tokens),
+/completion (goosedump.server.llamacpp), /tokenize, /detokenize,
+/apply-template and /props (goosedump.server.tokens),
 and Anthropic's Messages API (goosedump.server.anthropic)."""
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ..reply import ReplyStream
 from ..reply_plan import PlanError, ReplyPlan, plan_reply
 from ..result import ContextOverflowError
 from ..sampling import SamplingError
-from . import anthropic, chat_completions, completions, ollama, responses, tokens
+from . import anthropic, chat_completions, completions, llamacpp, ollama, responses, tokens
 from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
@@ -198,6 +199,7 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
     ollama.register(app, server, read)
     tokens.register(app, server, read)
     anthropic.register(app, server, read)
+    llamacpp.register(app, server, read)
 
     return app
 

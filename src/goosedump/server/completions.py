@@ -64,18 +64,23 @@ async def handle(server, body: CompletionBody, request: Request):
             "usage": usage(r)}
 
 
-def text_pieces(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None, request: Request | None = None):
-    return contextlib.aclosing(_cut(sub, stop, logs, request))
+def text_pieces(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None, request: Request | None = None,
+                tokens: list | None = None):
+    """The generated text in pieces, cut at a stop string (_cut); tokens, if
+    given, gets each token id up to the one that completes it."""
+    return contextlib.aclosing(_cut(sub, stop, logs, request, tokens))
 
 
 async def _cut(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None,
-               request: Request | None) -> AsyncIterator[str]:
+               request: Request | None, tokens: list | None) -> AsyncIterator[str]:
     """The generated text in pieces, cut at a stop string; logs takes each
     token up to the one that completes the stop string."""
     async with sub.events(request) as stream:
         async for token, piece in stream:
             if stop.hit:
                 continue
+            if token is not None and tokens is not None:
+                tokens.append(token)
             if token is not None and logs is not None:
                 logs.add(piece)
             if not piece:

@@ -9,9 +9,9 @@ from collections import Counter
 from .errors import APIError
 
 ENDPOINTS = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/responses", "/health", "/metrics",
-             "/api/chat", "/api/generate", "/v1/messages")
-# llama.cpp's routes outside /v1/ (server/tokens.py), which want the API key as /v1/ does
-GUARDED = ("/tokenize", "/detokenize", "/apply-template", "/props")
+             "/api/chat", "/api/generate", "/v1/messages", "/completion")
+# llama.cpp's routes outside /v1/ (server/tokens.py, llamacpp.py), which want the API key as /v1/ does
+GUARDED = ("/completion", "/tokenize", "/detokenize", "/apply-template", "/props")
 
 
 class Metrics:

@@ -68,40 +68,9 @@ class Request:
 
 
 def read_request(body: OllamaFields) -> Request:
-    o = body.options if body.options is not None else {}
-    kw: dict = {}
-    limit, stops, window = None, [], None
-    for key, value in o.items():
-        where = f"options.{key}"
-        if key in SAMPLING:
-            if value is not None:
-                kw[SAMPLING[key]] = value
-        elif key in OFF:
-            if value is not None and value != OFF[key]:
-                raise bad_request(f"{where}={value!r} is not supported: goosedump has no {key} sampler "
-                                  f"(leave it out, or at {OFF[key]})", param=where)
-        elif key == "num_predict":
-            limit = num_predict(value)
-        elif key == "stop":
-            stops = stop_list(value)
-        elif key == "repeat_last_n":
-            window = value
-        elif key not in LOADING:
-            raise bad_request(f"unknown option {key!r}: the options are ollama's (temperature, top_p, top_k, min_p, "
-                              "seed, num_predict, stop, repeat_penalty, presence_penalty, frequency_penalty, ...)",
-                              param="options")
-    if window == 0:                 # ollama: 0 turns the repeat penalty off
-        kw.pop("repetition_penalty", None)
-    elif window not in (None, -1) and kw.get("repetition_penalty", 1) != 1:
-        raise bad_request(f"options.repeat_last_n={window!r} is not supported: goosedump's repeat_penalty covers "
-                          "every token of the context (repeat_last_n -1)", param="options.repeat_last_n")
+    kw, limit, stops = read_options(body.options if body.options is not None else {})
     effort, show = thinking(body.think)
     fields = Fields(**kw, reasoning_budget=None if show else 0)
-    try:
-        sampling_params(fields)      # each value checked here, named as ollama names it
-    except APIError as e:
-        name = next((k for k, v in SAMPLING.items() if v == e.param), e.param)
-        raise bad_request(f"options.{name}{e.message[len(e.param or ''):]}", param=f"options.{name}") from None
     n_top = None
     if body.logprobs:
         n_top = top_count(body.top_logprobs, "top_logprobs") or 0
@@ -110,19 +79,58 @@ def read_request(body: OllamaFields) -> Request:
     return Request(fields, limit, stops, effort, show, response_format(body.format), n_top)
 
 
-def num_predict(value) -> int | None:
+def read_options(o: dict, prefix: str = "options.", limit_key: str = "num_predict") -> tuple[dict, int | None, list]:
+    """(SamplingParams' fields, the token limit, the stop strings) of
+    ollama's options, each value checked and named as the request names it
+    (prefix: where they sit; limit_key: the token limit's name, llama.cpp's
+    n_predict where its /completion reads the same options)."""
+    kw: dict = {}
+    limit, stops, window = None, [], None
+    for key, value in o.items():
+        where = f"{prefix}{key}"
+        if key in SAMPLING:
+            if value is not None:
+                kw[SAMPLING[key]] = value
+        elif key in OFF:
+            if value is not None and value != OFF[key]:
+                raise bad_request(f"{where}={value!r} is not supported: goosedump has no {key} sampler "
+                                  f"(leave it out, or at {OFF[key]})", param=where)
+        elif key == limit_key:
+            limit = num_predict(value, where)
+        elif key == "stop":
+            stops = stop_list(value, where)
+        elif key == "repeat_last_n":
+            window = value
+        elif key not in LOADING:
+            raise bad_request(f"unknown option {key!r}: the options are ollama's (temperature, top_p, top_k, min_p, "
+                              "seed, num_predict, stop, repeat_penalty, presence_penalty, frequency_penalty, ...)",
+                              param="options")
+    if window == 0:                 # 0 turns the repeat penalty off
+        kw.pop("repetition_penalty", None)
+    elif window not in (None, -1) and kw.get("repetition_penalty", 1) != 1:
+        raise bad_request(f"{prefix}repeat_last_n={window!r} is not supported: goosedump's repeat_penalty covers "
+                          "every token of the context (repeat_last_n -1)", param=f"{prefix}repeat_last_n")
+    try:
+        sampling_params(Fields(**kw))      # each value checked here, named as the request names it
+    except APIError as e:
+        name = next((k for k, v in SAMPLING.items() if v == e.param), e.param)
+        raise bad_request(f"{prefix}{name}{e.message[len(e.param or ''):]}", param=f"{prefix}{name}") from None
+    return kw, limit, stops
+
+
+def num_predict(value, where: str = "options.num_predict") -> int | None:
     if value is None or value in (-1, -2):      # ollama: -1 no limit, -2 until the context is full
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise bad_request(f"options.num_predict must be a number of tokens >= 1, or -1 (until the context is "
-                          f"full), got {value!r}", param="options.num_predict")
+        raise bad_request(f"{where} must be a number of tokens >= 1, or -1 (until the context is full), "
+                          f"got {value!r}", param=where)
     return value
 
 
-def stop_list(value) -> list[str]:
+def stop_list(value, where: str = "options.stop") -> list[str]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise bad_request(f"options.stop must be a list of non-empty strings, got {value!r}", param="options.stop")
+        raise bad_request(f"{where} must be a list of non-empty strings, got {value!r}", param=where)
     return stops
 
 

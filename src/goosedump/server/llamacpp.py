@@ -1,0 +1,168 @@
+"""llama.cpp's own completion route, POST /completion (the shapes of its
+server's README, not OpenAI's): a raw prompt (text, token ids, or both
+mixed) continued, whole or streamed as server-sent events of {content,
+tokens, stop}, with llama.cpp's sampling names (the ones ollama's options
+share: ollama_params.read_options), grammar and json_schema, n_probs,
+return_tokens, stop_type and stopping_word, and its timings."""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Union
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict
+
+from ..logprobs import MAX_TOP, entry
+from ..reply import StopFilter
+from ..reply_plan import PlanError, raw_constraint
+from .bridge import EventStream, Submitted
+from .completions import text_pieces
+from .errors import bad_request
+from .ollama_params import OFF, SAMPLING, read_options
+from .params import check_text_fits, max_tokens, sampling_params
+from .schemas import Fields, openapi_extra
+from .sse import sse, stream_error
+
+OPTIONS = (*SAMPLING, *OFF, "n_predict", "stop", "repeat_last_n")
+
+
+class LlamaCompletionBody(BaseModel):
+    """POST /completion. llama.cpp's fields that change nothing here
+    (cache_prompt: the prefix cache is always on; id_slot, n_keep, ...) and
+    unknown ones are ignored, as llama.cpp ignores unknown ones."""
+    model_config = ConfigDict(extra="allow")
+    prompt: Union[str, list[Union[int, str]]]
+    stream: bool = False
+    n_predict: Union[int, None] = None
+    stop: Union[list[str], None] = None
+    grammar: Union[str, None] = None
+    json_schema: Union[dict[str, Any], None] = None
+    n_probs: int = 0
+    return_tokens: bool = False
+    logit_bias: Union[dict[str, float], list[list[float]], None] = None
+
+
+REPLY = {"type": "object", "required": ["content", "stop"]}
+
+
+def register(app: FastAPI, server, read) -> None:
+    @app.post("/completion", openapi_extra=openapi_extra(LlamaCompletionBody, REPLY))
+    async def completion(request: Request):
+        return await handle(server, await read(request, LlamaCompletionBody), request)
+
+
+def prompt_ids(server, prompt) -> list[int]:
+    """The prompt's tokens: text read with its special tokens, ids as they are, mixed in order."""
+    tok = server.tok
+    parts = [prompt] if isinstance(prompt, str) else prompt
+    check_text_fits(sum(len(p) for p in parts if isinstance(p, str)), tok, server.model.n_ctx, "prompt")
+    ids: list[int] = []
+    for p in parts:
+        if isinstance(p, str):
+            ids += tok.encode(p, allow_special=True)
+        elif not 0 <= p < tok.n_vocab:
+            raise bad_request(f"prompt holds {p}, which is not a token id of this model (0..{tok.n_vocab - 1})",
+                              param="prompt")
+        else:
+            ids.append(p)
+    if not ids:
+        raise bad_request("The prompt is empty: nothing to continue from.", param="prompt")
+    return ids
+
+
+def bias(value) -> dict[str, float]:
+    """llama.cpp's logit_bias, [[id, bias], ...] or {id: bias}, as OpenAI's {id: bias}."""
+    if value is None or isinstance(value, dict):
+        return value or {}
+    if not all(len(pair) == 2 and float(pair[0]).is_integer() for pair in value):
+        raise bad_request("logit_bias must be [[token id, bias], ...] or {token id: bias}", param="logit_bias")
+    return {str(int(t)): b for t, b in value}
+
+
+async def handle(server, body: LlamaCompletionBody, request: Request):
+    given = body.model_dump(exclude_unset=True)
+    for key in ("top_k", "temperature"):     # llama.cpp: top_k <= 0 is off, temperature <= 0 greedy
+        if isinstance(given.get(key), (int, float)) and not isinstance(given[key], bool) and given[key] < 0:
+            given[key] = 0
+    kw, limit, stops = read_options({k: given[k] for k in OPTIONS if k in given}, prefix="", limit_key="n_predict")
+    fields = Fields(**kw, logit_bias=bias(body.logit_bias))
+    sampling = sampling_params(fields)
+    if not 0 <= body.n_probs <= MAX_TOP:
+        raise bad_request(f"n_probs must be from 0 to {MAX_TOP}, got {body.n_probs}", param="n_probs")
+    ids = prompt_ids(server, body.prompt)
+    try:
+        constraint = raw_constraint(server.tok, body.grammar, body.json_schema)
+    except PlanError as e:
+        raise bad_request(str(e), param=e.param) from None
+    n = max_tokens(limit, len(ids), server.model.n_ctx, "n_predict", "prompt")
+    sub = server.submit(ids, n, fields, "n_predict", "prompt", constraint, body.n_probs or None)
+    out = Reply(server, body, sub, StopFilter(stops), ids, sampling, limit)
+    if body.stream:
+        return EventStream(out.stream(), sub.gen)
+    text = []
+    async with text_pieces(sub, out.stop, None, request) as pieces:
+        async for piece in pieces:
+            text.append(piece)
+    if sub.gen.result is None:          # the client went away
+        return Response(status_code=499)
+    return out.last("".join(text), sub.gen.result.token_ids)
+
+
+class Reply:
+    """One completion's answer in llama.cpp's shapes."""
+
+    def __init__(self, server, body, sub: Submitted, stop: StopFilter, ids: list[int], sampling, limit):
+        self.server, self.body, self.sub, self.stop, self.ids = server, body, sub, stop, ids
+        self.sampling, self.limit, self.taken = sampling, limit, 0
+
+    def probs(self) -> list[dict]:
+        """The tokens' log-probabilities since the last call (n_probs)."""
+        tok, lps = self.server.tok, self.sub.gen.token_logprobs[self.taken:]
+        self.taken += len(lps)
+        return [{"id": lp.token, **entry(tok, lp.token, lp.logprob),
+                 "top_logprobs": [{"id": i, **entry(tok, i, v)} for i, v in lp.top]} for lp in lps]
+
+    def last(self, text: str, tokens: list[int]) -> dict:
+        r, s = self.sub.gen.result, self.sampling
+        kind = ("word" if self.stop.hit else {"eos": "eos", "max_tokens": "limit"}.get(r.stop_reason, r.stop_reason))
+        computed = r.prompt_tokens - r.cached_tokens
+        out = {"index": 0, "content": text, "tokens": tokens if self.body.return_tokens else [], "id_slot": 0,
+               "stop": True, "model": self.server.name, "tokens_predicted": r.generated_tokens,
+               "tokens_evaluated": r.prompt_tokens, "tokens_cached": r.cached_tokens,
+               "prompt": self.server.tok.decode(self.ids), "truncated": False, "stop_type": kind,
+               "stopping_word": self.stop.matched or "",
+               "generation_settings": {"n_ctx": self.server.model.n_ctx, "model": self.server.name,
+                                       "n_predict": self.limit or -1, "seed": -1 if s.seed is None else s.seed,
+                                       "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
+                                       "min_p": s.min_p, "repeat_penalty": s.repetition_penalty,
+                                       "presence_penalty": s.presence_penalty,
+                                       "frequency_penalty": s.frequency_penalty, "stop": self.stop.stops,
+                                       "n_probs": self.body.n_probs, "stream": self.body.stream},
+               "timings": {"prompt_n": computed, "prompt_ms": r.prefill_seconds * 1e3,
+                           "prompt_per_token_ms": r.prefill_seconds * 1e3 / max(computed, 1),
+                           "prompt_per_second": r.prefill_tokens_per_s,
+                           "predicted_n": r.generated_tokens, "predicted_ms": r.decode_seconds * 1e3,
+                           "predicted_per_token_ms": r.decode_seconds * 1e3 / max(r.generated_tokens, 1),
+                           "predicted_per_second": r.decode_tokens_per_s}}
+        if self.body.n_probs:
+            out["completion_probabilities"] = self.probs()
+        return out
+
+    async def stream(self) -> AsyncIterator[str]:
+        """Each piece as {content, tokens, stop: false}, then the whole
+        answer's fields with stop true (llama.cpp sends no [DONE] here); an
+        error after the start as {"error": ...}."""
+        try:
+            tokens: list[int] = []
+            async with text_pieces(self.sub, self.stop, None, tokens=tokens) as pieces:
+                async for piece in pieces:
+                    d = {"index": 0, "content": piece, "tokens": tokens[:], "stop": False, "id_slot": 0}
+                    if self.body.n_probs:
+                        d["completion_probabilities"] = self.probs()
+                    tokens.clear()
+                    yield sse(d)
+            if self.sub.gen.result is not None:
+                yield sse(self.last("", []))
+        except Exception as e:
+            yield sse(stream_error(e))
+

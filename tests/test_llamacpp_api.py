@@ -1,0 +1,84 @@
+"""llama.cpp's own POST /completion against a real server process: the same
+tokens as the engine generates for the prompt and sampling (and as
+/v1/completions gives), whole and streamed as llama.cpp streams them; its
+prompt forms, stop words, n_probs (the engine's log-probabilities), grammar,
+logit_bias forms and llama.cpp's readings of top_k and temperature below 0;
+every refused request named."""
+import json
+
+import pytest
+
+from goosedump.sampling import SamplingParams
+from test_server import KEY, MODEL, client, httpx, post, server  # noqa: F401 (fixtures)
+
+PROMPT = "Once upon a time"
+BODY = {"prompt": PROMPT, "n_predict": 16, "seed": 9, "temperature": 0.8, "top_k": 50, "return_tokens": True}
+
+
+def stream(server, body) -> list[dict]:
+    with httpx.stream("POST", server + "/completion", json={**body, "stream": True},
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [ln[len("data: "):] for ln in r.iter_lines() if ln.startswith("data: ")]
+    return [json.loads(x) for x in lines]          # (no [DONE]: json.loads would fail on it)
+
+
+def test_completion_is_the_engines_and_the_openai_routes(server, client, tiny_model):
+    r = post(server, "/completion", BODY).json()
+    ids = tiny_model.tokenizer.encode(PROMPT, allow_special=True)
+    ref = tiny_model.generate(ids, max_tokens=16, sampling=SamplingParams(temperature=0.8, top_k=50, seed=9))
+    assert r["tokens"] == ref.token_ids and r["content"] == tiny_model.tokenizer.decode(ref.token_ids)
+    assert r["content"] == client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, seed=9,
+                                                     temperature=0.8, extra_body={"top_k": 50}).choices[0].text
+    assert (r["stop"], r["stop_type"], r["stopping_word"]) == (True, "limit", "")
+    assert (r["tokens_predicted"], r["tokens_evaluated"], r["prompt"]) == (16, len(ids), PROMPT)
+    assert r["timings"]["predicted_n"] == 16 and r["generation_settings"]["top_k"] == 50
+    events = stream(server, BODY)
+    assert [e["stop"] for e in events] == [False] * (len(events) - 1) + [True]
+    assert "".join(e["content"] for e in events) == r["content"]
+    assert [t for e in events[:-1] for t in e["tokens"]] == r["tokens"]
+    assert events[-1]["stop_type"] == "limit" and events[-1]["tokens_predicted"] == 16
+    # a prompt of text and ids mixed is their tokens in order
+    mixed = post(server, "/completion", {**BODY, "prompt": ["Once", *tiny_model.tokenizer.encode(" upon a time")]})
+    assert mixed.json()["tokens"] == r["tokens"]
+
+
+def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
+    greedy = {"prompt": PROMPT, "n_predict": 30, "temperature": 0}
+    text = post(server, "/completion", greedy).json()["content"]
+    k = next(k for k in range(len(text) // 2, len(text) - 4) if text.find(text[k:k + 4]) == k and text[k:k + 4].strip())
+    r = post(server, "/completion", {**greedy, "stop": ["never-here", text[k:k + 4]]}).json()
+    assert (r["content"], r["stop_type"], r["stopping_word"]) == (text[:k], "word", text[k:k + 4])
+    # llama.cpp's readings: temperature below 0 is greedy, top_k at or below 0 is off
+    assert post(server, "/completion", {**greedy, "temperature": -1, "top_k": -1}).json()["content"] == text
+    probs = post(server, "/completion", {**greedy, "n_predict": 8, "n_probs": 3}).json()["completion_probabilities"]
+    ref = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, logprobs=3)
+    assert [p["logprob"] for p in probs] == ref.choices[0].logprobs.token_logprobs
+    ids = tiny_model.tokenizer.encode(PROMPT)
+    gen = tiny_model.generate(ids, max_tokens=8, sampling=SamplingParams(temperature=0), logprobs=3)
+    assert [[a["id"] for a in p["top_logprobs"]] for p in probs] == [[i for i, _ in lp.top] for lp in gen.logprobs]
+    yes_no = post(server, "/completion", {"prompt": PROMPT, "n_predict": 8, "seed": 1,
+                                          "grammar": 'root ::= "yes" | "no"'}).json()
+    assert yes_no["content"] in ("yes", "no")
+    token = tiny_model.tokenizer.encode(" the")[0]
+    pairs = post(server, "/completion", {**greedy, "n_predict": 4, "logit_bias": [[token, 50]]}).json()
+    as_dict = post(server, "/completion", {**greedy, "n_predict": 4, "logit_bias": {str(token): 50}}).json()
+    assert pairs["content"] == as_dict["content"] == " the" * 4
+
+
+@pytest.mark.parametrize("body,phrase", [
+    ({"prompt": [-1]}, "prompt holds -1"),
+    ({"prompt": []}, "The prompt is empty"),
+    ({"n_predict": 0}, "n_predict must be a number of tokens >= 1"),
+    ({"top_p": 0}, "top_p must be in (0, 1]"),
+    ({"repeat_penalty": 0}, "repeat_penalty must be greater than 0"),
+    ({"mirostat": 2}, "no mirostat sampler"),
+    ({"repeat_penalty": 1.1, "repeat_last_n": 64}, "repeat_last_n=64 is not supported"),
+    ({"n_probs": 21}, "n_probs must be from 0 to 20"),
+    ({"grammar": "root ::= nothing-defined"}, "grammar"),
+    ({"logit_bias": [[1.5, 2]]}, "logit_bias must be"),
+    ({"stop": [""]}, "stop must be a list of non-empty strings"),
+])
+def test_refusals_are_named(server, body, phrase):
+    r = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, **body})
+    assert r.status_code == 400 and phrase in r.json()["error"]["message"], r.text
