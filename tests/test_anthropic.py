@@ -163,6 +163,13 @@ def test_refusals_are_named_in_anthropics_shape(server, body, status, kind, phra
     assert e["type"] == "error" and e["error"]["type"] == kind and phrase in e["error"]["message"], e
 
 
+def test_the_sdk_lists_the_model(api, client):
+    (m,) = api.models.list().data
+    assert (m.id, m.type, m.display_name) == (MODEL, "model", MODEL)
+    assert api.models.retrieve(MODEL).id == MODEL
+    assert m.created_at.timestamp() == client.models.retrieve(MODEL).created      # the same card, both SDKs
+
+
 def test_the_api_key_in_either_header(server):
     body = {"model": MODEL, "max_tokens": 2, "messages": USER}
     assert httpx.post(server + "/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=60).status_code == 200

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import os
 import sys
 
@@ -111,8 +112,12 @@ class Server:
         reply.close()
 
     def model_card(self) -> dict:
-        return {"id": self.name, "object": "model", "created": int(os.path.getmtime(self.model.path)),
-                "owned_by": "goosedump"}
+        """The model as OpenAI's API lists it, with Anthropic's fields beside
+        (type, display_name, created_at), so both SDKs read the one route."""
+        mtime = os.path.getmtime(self.model.path)
+        return {"id": self.name, "object": "model", "created": int(mtime), "owned_by": "goosedump",
+                "type": "model", "display_name": self.name,
+                "created_at": dt.datetime.fromtimestamp(int(mtime), dt.timezone.utc).isoformat().replace("+00:00", "Z")}
 
     def cancel_all(self, reason: str = "shutdown") -> None:
         for gen in list(self.live.values()):
@@ -174,7 +179,9 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
 
     @app.get("/v1/models", responses=ERROR_RESPONSES)
     async def models():
-        return {"object": "list", "data": [server.model_card()]}
+        # (has_more, first_id, last_id: Anthropic's page of models)
+        return {"object": "list", "data": [server.model_card()], "has_more": False, "first_id": server.name,
+                "last_id": server.name}
 
     @app.get("/v1/models/{model_id:path}", responses=ERROR_RESPONSES)
     async def model_card(model_id: str):
