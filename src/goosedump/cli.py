@@ -4,8 +4,8 @@ The parser of every subcommand; commands.py, file_commands.py, bench.py and
 server/ run them.
 llama.cpp's and ollama's spellings are accepted beside goosedump's own:
 -m/--model, -c/--ctx-size, -t/--threads, -s/--seed (-1: random), -f/--file,
---n-predict (-1: until the end), --temp, --repeat-penalty, and
-`goosedump run MODEL "prompt"`."""
+--n-predict (-1: until the end), --temp, --repeat-penalty, ollama's --think,
+--hidethinking, --format json, --verbose, and `goosedump run MODEL "prompt"`."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +22,7 @@ MODEL_HELP = ("GGUF file (any part of a split set), or a Hugging Face name: REPO
               "REPO:FILE.gguf, fetched into the Hugging Face cache (default: $GOOSEDUMP_MODEL, else "
               "ggml-org/gpt-oss-20b-GGUF)")
 ENV_API_KEY = "GOOSEDUMP_API_KEY"
+THINK = ("true", "false", "low", "medium", "high")
 SERVE_SUMMARY = """endpoints (OpenAI's shapes and errors):
   GET  /v1/models                 the served model
   POST /v1/chat/completions       messages, tools (strict: true constrains the arguments), tool_choice,
@@ -79,9 +80,16 @@ def _add_chat_options(p: argparse.ArgumentParser) -> None:
                    help="how long the model thinks (default medium)")
     p.add_argument("--date", default=None, metavar="YYYY-MM-DD",
                    help="the conversation's date in the system message (default today)")
-    p.add_argument("--hide-reasoning", action="store_true", help="do not show the model's reasoning")
+    p.add_argument("--hide-reasoning", "--hidethinking", dest="hide_reasoning", action="store_true",
+                   help="do not show the model's reasoning (--hidethinking: ollama's spelling)")
     p.add_argument("--reasoning-budget", type=int, default=None, metavar="N",
                    help="end the reasoning after N tokens (0: answer at once; default: no limit)")
+    p.add_argument("--think", choices=THINK, default=None, metavar="=true|false|low|medium|high",
+                   help="ollama's spelling (--think alone is --think=true): a level is --reasoning-effort, false "
+                        "is --reasoning-budget 0 (no reasoning), true changes nothing (gpt-oss always reasons)")
+    p.add_argument("--verbose", action="store_true",
+                   help="after each answer, its counts and timings as ollama prints them (total duration, "
+                        "prompt eval count and rate, eval count and rate)")
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -199,6 +207,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                         "text in the chat format, the whole output with --raw; the reasoning stays free")
     r.add_argument("--grammar", "--grammar-file", dest="grammar", metavar="FILE", default=None,
                    help="the answer follows this grammar file (GBNF as llama.cpp writes it, or Lark)")
+    r.add_argument("--format", choices=["json"], default=None,
+                   help="ollama's spelling: json makes the answer a JSON object (-j '{\"type\": \"object\"}')")
     _add_chat_options(r)
     _add_sampling(r)
     _add_runtime(r)
@@ -308,6 +318,9 @@ def unknown_flags(sub: argparse.ArgumentParser, argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser, subs = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    # ollama's --think takes its value only as --think=VALUE (alone: true), so
+    # the word after a bare --think is the prompt's, as ollama reads it
+    argv = ["--think=true" if a == "--think" else a for a in argv]
     command = next((a for a in argv if not a.startswith("-")), None)
     if command in subs:   # an unknown flag: the subcommand's own usage, not the top level's
         rest = argv[argv.index(command) + 1:]

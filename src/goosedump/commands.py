@@ -8,8 +8,9 @@ import argparse
 import json
 import os
 import sys
+import time
 
-from .terminal import ReplyPrinter, print_cache, print_profile, print_reply
+from .terminal import ReplyPrinter, print_cache, print_profile, print_reply, print_timings
 
 
 class UsageError(ValueError):
@@ -180,11 +181,28 @@ def _read_prompt(args: argparse.Namespace):
     return None if sys.stdin.isatty() else sys.stdin.read()
 
 
+def think_args(args: argparse.Namespace) -> None:
+    """ollama's --think (and its level) as --reasoning-effort and --reasoning-budget."""
+    think = getattr(args, "think", None)
+    if think in ("low", "medium", "high"):
+        args.reasoning_effort = think
+    elif think == "false":
+        if args.reasoning_budget not in (None, 0):
+            raise UsageError(f"--think=false means no reasoning; --reasoning-budget {args.reasoning_budget} "
+                             "asks for some: give one of them")
+        args.reasoning_budget = 0
+
+
 def constraint_args(args: argparse.Namespace) -> dict:
-    """--json-schema (a file or the schema's JSON) and --grammar (a file) as
-    the generation's keyword arguments, checked before the model loads."""
+    """--json-schema (a file or the schema's JSON), --format json and --grammar
+    (a file) as the generation's keyword arguments, checked before the model
+    loads."""
     from .structured import ConstraintError, as_grammar, schema_grammar
     kw = {}
+    if getattr(args, "format", None) == "json":
+        if args.json_schema is not None or args.grammar is not None:
+            raise UsageError("give --format json, -j/--json-schema or --grammar, not two of them")
+        args.json_schema = '{"type": "object"}'
     if args.json_schema is not None and args.grammar is not None:
         raise UsageError("give -j/--json-schema or --grammar, not both")
     if args.json_schema is not None:
@@ -219,15 +237,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     sampling = sampling_from(args)
     date = check_date(args.date)
     check_max_tokens(args)
+    think_args(args)
     constrain = constraint_args(args)
     if args.reasoning_budget is not None:
         if args.reasoning_budget < 0:
             raise UsageError(f"--reasoning-budget must be 0 or more tokens, got {args.reasoning_budget}")
         if not chat:
             raise UsageError("--reasoning-budget needs the chat format (leave out --raw and --prompt-ids)")
+    started = time.perf_counter()
     model = load_model(args)
     check_vocab(sampling, model)
     say_budget(model)
+    model.stepper             # (mapped now: --verbose's load duration)
+    loaded = time.perf_counter()
     profile = args.profile or bool(args.profile_out)
     trace = bool(args.routing_trace)
     reply = None
@@ -273,6 +295,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.profile:
             print_profile(r.profile)
             print_cache(r.expert_cache)
+        if args.verbose:
+            print_timings(r, time.perf_counter() - started, loaded - started)
         # (the prefill's time and rate are those of the tokens it computed: a
         # cached prefix's are not, so the line says how many were)
         prefill = f"in {r.prefill_seconds:.2f} s ({r.prefill_tokens_per_s:.1f} tok/s)"
@@ -290,6 +314,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     sampling = sampling_from(args)
     date = check_date(args.date)
     check_max_tokens(args)
+    think_args(args)
     if args.reasoning_budget is not None and args.reasoning_budget < 0:
         raise UsageError(f"--reasoning-budget must be 0 or more tokens, got {args.reasoning_budget}")
     model = load_model(args)
@@ -297,27 +322,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     say_budget(model)
     session = ChatSession(model, system=args.system, reasoning_effort=args.reasoning_effort, date=date,
                           sampling=sampling, max_tokens=args.max_tokens, show_reasoning=not args.hide_reasoning,
-                          profile=args.profile, reasoning_budget=args.reasoning_budget)
+                          profile=args.profile, reasoning_budget=args.reasoning_budget, verbose=args.verbose)
     return run_chat(session)
-
-
-def template_kwargs(text: str | None) -> dict | None:
-    """serve's --chat-template-kwargs, read and checked before anything loads."""
-    if text is None:
-        return None
-    try:
-        kw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--chat-template-kwargs is not JSON: {e} (got {text!r})") from None
-    if not isinstance(kw, dict):
-        raise UsageError(f"--chat-template-kwargs must be a JSON object, got {text!r}")
-    from .server.errors import APIError
-    from .server.params import template_options
-    try:
-        template_options(kw, None, "--chat-template-kwargs")
-    except APIError as e:
-        raise UsageError(e.message) from None
-    return kw
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -331,7 +337,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--body-timeout must be more than 0 seconds, got {args.body_timeout}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
-    args.chat_template_kwargs = template_kwargs(args.chat_template_kwargs)
+    from .server.params import template_kwargs_flag
+    args.chat_template_kwargs = template_kwargs_flag(args.chat_template_kwargs)
     try:                        # a port in use is said before anything loads
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
             probe.bind((args.host, args.port))

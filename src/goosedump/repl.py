@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from .chat import TOKENS_KEY, ChatError
-from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply
+from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply, print_timings
 
 HELP = """commands:
   /effort low|medium|high   set the reasoning effort
@@ -21,17 +22,18 @@ HELP = """commands:
 class ChatSession:
     def __init__(self, model, *, system: str | None, reasoning_effort: str, date: str | None, sampling,
                  max_tokens: int, show_reasoning: bool, profile: bool = False, out=sys.stdout, err=sys.stderr,
-                 reasoning_budget: int | None = None):
+                 reasoning_budget: int | None = None, verbose: bool = False):
         self.model, self.system, self.effort, self.date = model, system, reasoning_effort, date
         self.reasoning_budget = reasoning_budget
         self.sampling, self.max_tokens, self.show_reasoning = sampling, max_tokens, show_reasoning
-        self.out, self.err, self.profile = out, err, profile
+        self.out, self.err, self.profile, self.verbose = out, err, profile, verbose
         self.history: list[dict] = []
 
     def messages(self) -> list[dict]:
         return ([{"role": "system", "content": self.system}] if self.system else []) + self.history
 
     def ask(self, text: str) -> None:
+        started = time.perf_counter()
         self.history.append({"role": "user", "content": text})
         try:
             n = self.max_tokens
@@ -61,6 +63,8 @@ class ChatSession:
         if self.profile:
             print_profile(r.profile, out=self.err)
             print_cache(r.expert_cache, out=self.err)
+        if self.verbose:
+            print_timings(r, time.perf_counter() - started, out=self.err)
         self.out.flush()
         self.err.flush()
 

@@ -119,3 +119,22 @@ def print_cache(st: dict | None, out=sys.stderr) -> None:
             f"{st['prefetch_used']} used, {st.get('prefetch_wasted', 0)} wasted (accuracy "
             f"{100 * st['prefetch_accuracy']:.0f}%)")
     print(line, file=out)
+
+
+def duration(seconds: float) -> str:
+    """A duration as ollama prints one (Go's): 1.234567s, 12.345ms."""
+    return f"{seconds:.6g}s" if seconds >= 1 else f"{seconds * 1e3:.6g}ms"
+
+
+def print_timings(r, total: float, load: float = 0.0, out=sys.stderr) -> None:
+    """An answer's counts and timings as ollama's --verbose prints them (the
+    prompt's count and rate: the tokens the prefill computed, not those
+    from a cache)."""
+    computed = r.prompt_tokens - r.cached_tokens
+    rows = [("total duration", duration(total)), ("load duration", duration(load)),
+            ("prompt eval count", f"{computed} token(s)"), ("prompt eval duration", duration(r.prefill_seconds)),
+            ("prompt eval rate", f"{r.prefill_tokens_per_s:.2f} tokens/s"),
+            ("eval count", f"{r.generated_tokens} token(s)"), ("eval duration", duration(r.decode_seconds)),
+            ("eval rate", f"{r.decode_tokens_per_s:.2f} tokens/s")]
+    for name, value in rows:
+        print(f"{name + ':':22s}{value}", file=out)

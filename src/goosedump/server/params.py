@@ -2,6 +2,7 @@
 stop strings, tool choice, token limits, usage and finish reasons."""
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ from ..reply_plan import forced_call_header, resolve_tool_choice, tool_names  # 
 from ..result import ContextOverflowError
 from ..logprobs import MAX_TOP
 from ..sampling import SamplingError, SamplingParams
-from .errors import bad_request
+from .errors import APIError, bad_request
 from .schemas import Fields
 
 MAX_STOPS = 4                  # as OpenAI: up to 4 stop strings
@@ -162,3 +163,21 @@ def template_options(defaults: dict | None, given, param: str = "chat_template_k
         raise bad_request(f"{param}.builtin_tools is not supported: this server runs no browser or python tool "
                           "(declare the tools you run as function tools)", param=param)
     return TemplateOptions(effort, identity, 0 if thinking is False else None)
+
+
+def template_kwargs_flag(text: str | None) -> dict | None:
+    """serve's --chat-template-kwargs, read and checked before anything loads
+    (a ValueError names the flag)."""
+    if text is None:
+        return None
+    try:
+        kw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--chat-template-kwargs is not JSON: {e} (got {text!r})") from None
+    if not isinstance(kw, dict):
+        raise ValueError(f"--chat-template-kwargs must be a JSON object, got {text!r}")
+    try:
+        template_options(kw, None, "--chat-template-kwargs")
+    except APIError as e:
+        raise ValueError(e.message) from None
+    return kw
