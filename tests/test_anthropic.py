@@ -154,6 +154,8 @@ def test_tool_arguments_parse_where_the_api_returns_objects():
      400, "invalid_request_error", "tool_use_id 'x'"),
     ({"messages": [*USER, {"role": "assistant", "content": "The"}]}, 400, "invalid_request_error", "prefill"),
     ({"messages": [{"role": "system", "content": "x"}]}, 400, "invalid_request_error", "role is user or assistant"),
+    ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, 400, "invalid_request_error",
+     "messages[0].content[0]: a text block needs its 'text'"),
 ])
 def test_refusals_are_named_in_anthropics_shape(server, body, status, kind, phrase):
     full = {k: v for k, v in {"model": MODEL, "max_tokens": 8, "messages": USER, **body}.items() if v is not None}

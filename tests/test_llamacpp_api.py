@@ -78,6 +78,8 @@ def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
     ({"grammar": "root ::= nothing-defined"}, "grammar"),
     ({"logit_bias": [[1.5, 2]]}, "logit_bias must be"),
     ({"stop": [""]}, "stop must be a list of non-empty strings"),
+    ({"temperature": "hot"}, "temperature: Input should be a valid number"),
+    ({"repeat_penalty": [1]}, "repeat_penalty: Input should be a valid number"),
 ])
 def test_refusals_are_named(server, body, phrase):
     r = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, **body})

@@ -167,6 +167,8 @@ def test_thinking_and_tool_calls_in_ollamas_shapes(tiny_model):
     ("/api/chat", {"messages": USER, "options": {"repeat_penalty": 0}}, "options.repeat_penalty must be"),
     ("/api/chat", {"messages": USER, "options": {"mirostat": 2}}, "no mirostat sampler"),
     ("/api/chat", {"messages": USER, "options": {"bogus": 1}}, "unknown option 'bogus'"),
+    ("/api/chat", {"messages": USER, "options": {"temperature": "hot"}}, "options.temperature: Input should be"),
+    ("/api/chat", {"messages": USER, "options": {"seed": 1.5}}, "options.seed: Input should be a valid integer"),
     ("/api/chat", {"messages": USER, "options": {"num_predict": 0}}, "options.num_predict must be"),
     ("/api/chat", {"messages": USER, "options": {"num_predict": 10 ** 6}}, "options.num_predict asks for"),
     ("/api/chat", {"messages": USER, "options": {"stop": [""]}}, "options.stop must be"),

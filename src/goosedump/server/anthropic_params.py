@@ -47,6 +47,12 @@ def text_of(content, where: str) -> str:
     return "".join(out)
 
 
+def block_text(b: dict, at: str) -> str:
+    if not isinstance(b.get("text"), str):
+        raise bad_request(f"{at}: a text block needs its 'text' (a string)", param="messages")
+    return b["text"]
+
+
 def chat_messages(body: MessagesBody) -> list[dict]:
     """The conversation as OpenAI-style messages. A user turn's tool_result
     blocks become tool messages (before its text, as the API orders them);
@@ -74,7 +80,7 @@ def chat_messages(body: MessagesBody) -> list[dict]:
         for j, b in enumerate(blocks):
             kind, at = b.get("type"), f"{where}.content[{j}]"
             if kind == "text":
-                texts.append(text_of([b], at))
+                texts.append(block_text(b, at))
             elif kind == "tool_result":
                 call = b.get("tool_use_id")
                 if call not in names:
@@ -98,7 +104,7 @@ def assistant(blocks: list[dict], where: str, names: dict[str, str]) -> dict:
         elif kind == "redacted_thinking":
             continue                  # nothing to read
         elif kind == "text":
-            text.append(text_of([b], at))
+            text.append(block_text(b, at))
         elif kind == "tool_use":
             if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
                 raise bad_request(f"{at}: a tool_use block needs an id and a name", param="messages")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..harmony import REASONING_EFFORTS
 from .errors import APIError, bad_request
@@ -112,6 +112,11 @@ def read_options(o: dict, prefix: str = "options.", limit_key: str = "num_predic
                           "every token of the context (repeat_last_n -1)", param=f"{prefix}repeat_last_n")
     try:
         sampling_params(Fields(**kw))      # each value checked here, named as the request names it
+    except ValidationError as e:           # a value of the wrong type
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err.get("loc") else ""
+        name = next((k for k, v in SAMPLING.items() if v == field), field)
+        raise bad_request(f"{prefix}{name}: {err['msg']} (got {err.get('input')!r})", param=f"{prefix}{name}") from None
     except APIError as e:
         name = next((k for k, v in SAMPLING.items() if v == e.param), e.param)
         raise bad_request(f"{prefix}{name}{e.message[len(e.param or ''):]}", param=f"{prefix}{name}") from None
