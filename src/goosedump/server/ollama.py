@@ -145,8 +145,17 @@ def described(what: str, body=None) -> dict:
                                   for code in ("400", "401", "404", "408", "413")}}}
     if body is not None:
         schema = body if isinstance(body, dict) else body.model_json_schema()
+        if "options" in schema.get("properties", {}):      # the options read, so that fuzzers try them
+            schema["properties"]["options"] = {"anyOf": [OPTIONS, {"type": "null"}]}
         out["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
     return out
+
+
+OPTIONS = {"type": "object", "additionalProperties": True, "properties": {
+    **{k: {"type": "number"} for k in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty",
+                                       "frequency_penalty", "tfs_z", "typical_p")},
+    **{k: {"type": "integer"} for k in ("top_k", "seed", "num_predict", "repeat_last_n", "mirostat", "num_ctx")},
+    "stop": {"type": "array", "items": {"type": "string"}}}}
 
 
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
