@@ -20,7 +20,8 @@ from goosedump import __version__
 from goosedump.reply import ReplyStream
 from goosedump.server.ollama import Shape, pieces, tool_call
 from goosedump.server.ollama_params import chat_messages
-from test_server import CTX, HARMONY_REPLY, KEY, MODEL, USER, WEATHER, client, feed_all, httpx, post, server  # noqa: F401
+from test_server import (CTX, HARMONY_REPLY, KEY, MODEL, USER, WEATHER, client, feed_all, httpx, post,  # noqa: F401
+                         server)
 
 OPTIONS = {"temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": 7, "num_predict": 24, "repeat_penalty": 1.1,
            "presence_penalty": 0.2}
@@ -152,7 +153,8 @@ def test_thinking_and_tool_calls_in_ollamas_shapes(tiny_model):
     assert [tool_call(i) for i in turn.items if i.kind == "tool_call"] == [
         {"function": {"name": "get_weather", "arguments": json.loads(turn.tool_calls[0]["function"]["arguments"])}}]
     texts = [GenerateResponse.model_validate(gen.chunk(**p)) for p in pieces(events) if "calls" not in p]
-    assert "".join(t.response for t in texts) == turn.content and "".join(t.thinking or "" for t in texts) == turn.reasoning
+    assert "".join(t.response for t in texts) == turn.content
+    assert "".join(t.thinking or "" for t in texts) == turn.reasoning
     # think false hides what reasoning there is
     hidden = Shape(SimpleNamespace(name="m"), True, False)
     assert all("thinking" not in hidden.chunk(**p)["message"] for p in pieces(events))

@@ -11,7 +11,8 @@ from goosedump.sampling import SamplingParams
 from refs import tiktoken_harmony
 from test_server import CTX, KEY, MODEL, USER, WEATHER, client, httpx, post, server  # noqa: F401 (fixtures)
 
-TEXTS = corpus()[::60] + ["Hello <|start|> wörld á", "日本語のテキスト", "<|channel|>analysis<|message|>x<|end|>", ""]
+TEXTS = corpus()[::60] + ["Hello <|start|> wörld á", "日本語のテキスト", "<|channel|>analysis<|message|>x<|end|>",
+                          ""]
 
 
 def test_tokenize_is_tiktokens_and_detokenize_inverts_it(server, tiny_model):
@@ -21,7 +22,8 @@ def test_tokenize_is_tiktokens_and_detokenize_inverts_it(server, tiny_model):
     for text in TEXTS:
         ids = post(server, "/tokenize", {"content": text}).json()["tokens"]
         assert ids == tt.encode(text, allowed_special=specials, disallowed_special=()), text
-        plain = post(server, "/tokenize", {"content": text, "parse_special": False, "with_pieces": True}).json()["tokens"]
+        plain = post(server, "/tokenize",
+                     {"content": text, "parse_special": False, "with_pieces": True}).json()["tokens"]
         assert [p["id"] for p in plain] == tt.encode(text, allowed_special=set(), disallowed_special=())
         # a piece is text where its bytes are UTF-8 by themselves, else the bytes
         joined = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in plain)
@@ -53,10 +55,11 @@ def test_apply_template_is_the_chats_prompt(server, client, tiny_model):
 
 
 def test_input_token_counts_are_the_usage_of_the_same_request(server, client):
+    tool = {**WEATHER["function"], "type": "function"}
     count = client.responses.input_tokens.count(model=MODEL, input="What is the capital of France?",
-                                                 instructions="Be brief.", tools=[{**WEATHER["function"], "type": "function"}])
+                                                 instructions="Be brief.", tools=[tool])
     r = client.responses.create(model=MODEL, input="What is the capital of France?", instructions="Be brief.",
-                                tools=[{**WEATHER["function"], "type": "function"}], max_output_tokens=1)
+                                tools=[tool], max_output_tokens=1)
     assert count.object == "response.input_tokens" and count.input_tokens == r.usage.input_tokens
     assert client.responses.input_tokens.count(model=MODEL, instructions="Be brief.").input_tokens > 0
     chat = post(server, "/v1/chat/completions/input_tokens", {"messages": USER, "tools": [WEATHER]}).json()

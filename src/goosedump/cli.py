@@ -141,7 +141,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
                    help=f"require 'Authorization: Bearer KEY' (or x-api-key: KEY) on /v1/, /api/ and llama.cpp's "
-                        f"/completion, /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; unset: open)")
+                        f"/completion, /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; "
+                        f"unset: open)")
     _add_runtime(p)
     p.add_argument("--model-name", metavar="NAME", default=None,
                    help="the model's id in the API (default: the file's name without .gguf)")

@@ -86,7 +86,8 @@ def chat_messages(body: MessagesBody) -> list[dict]:
                 if call not in names:
                     raise bad_request(f"{at}: tool_use_id {call!r} is not the id of an earlier tool_use block",
                                       param="messages")
-                out.append({"role": "tool", "tool_call_id": call, "content": text_of(b.get("content"), at + ".content")})
+                out.append({"role": "tool", "tool_call_id": call,
+                            "content": text_of(b.get("content"), at + ".content")})
             else:
                 raise bad_request(f"{at}: a {kind!r} block is not supported in a user turn (text and tool_result "
                                   "are; this model reads text only)", param="messages")

@@ -30,8 +30,8 @@ from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
 from .params import TemplateOptions, check_text_fits, context_error, sampling_params, template_options, text_chars
-from .schemas import (CHAT_REPLY, COMPLETION_REPLY, ERROR_RESPONSES, RESPONSE_REPLY, ChatBody, CompletionBody, Fields, ResponsesBody,
-                      openapi_extra)
+from .schemas import (CHAT_REPLY, COMPLETION_REPLY, ERROR_RESPONSES, RESPONSE_REPLY, ChatBody, CompletionBody, Fields,
+                      ResponsesBody, openapi_extra)
 
 
 class Server:

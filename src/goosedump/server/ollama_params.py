@@ -184,7 +184,8 @@ def chat_messages(messages: list) -> list[dict]:
             calls = m.get("tool_calls") or []
             if not isinstance(calls, list):
                 raise bad_request(f"{where}.tool_calls must be a list", param="messages")
-            m["tool_calls"] = [call_with_id(c, f"{where}.tool_calls[{j}]", f"call_{i}_{j}") for j, c in enumerate(calls)]
+            m["tool_calls"] = [call_with_id(c, f"{where}.tool_calls[{j}]", f"call_{i}_{j}")
+                               for j, c in enumerate(calls)]
             pending = [c["function"]["name"] for c in m["tool_calls"]]
         elif m.get("role") == "tool":
             name = original.get("tool_name") or m.get("name")
