@@ -220,7 +220,8 @@ def serve(args: argparse.Namespace, model) -> int:
                      max_body_bytes=args.max_body_size, body_timeout=args.body_timeout,
                      chat_template_kwargs=args.chat_template_kwargs)
     print(f"goosedump serve: {name} on http://{args.host}:{args.port}/v1 (context {model.n_ctx} tokens"
-          f"{', API key required' if args.api_key else ''})", file=sys.stderr, flush=True)
+          f"{', API key required' if args.api_key else ''}; ollama's API and Anthropic's /v1/messages at "
+          f"http://{args.host}:{args.port})", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=5)
     _Uvicorn(config, app.state.server).run()
