@@ -16,6 +16,7 @@ import pytest
 from goosedump import synth
 
 from test_chat_cli import Terminal
+from test_server import httpx
 
 GOOSEDUMP = shutil.which("goosedump", path=os.path.dirname(sys.executable)) or shutil.which("goosedump")
 
@@ -384,6 +385,25 @@ def test_serve_on_a_port_in_use_says_so(tiny_path):
         out = cli("serve", tiny_path, "--port", str(port), timeout=60)
     err = fail(out, f"--port {port}")
     assert len(err.strip().splitlines()) == 1 and "serving on" not in out.stdout + err
+
+
+def test_serve_takes_llama_cpps_alias_for_the_model_name(tiny_path):
+    port = free_port()
+    proc = subprocess.Popen([GOOSEDUMP, "serve", tiny_path, "--port", str(port), "--alias", "gpt-oss-tiny",
+                             "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not answer"
+                time.sleep(0.2)
+        assert [m["id"] for m in r.json()["data"]] == ["gpt-oss-tiny"]
+    finally:
+        proc.terminate()
+        proc.wait(15)
 
 
 def test_plot_defaults_to_the_profiles_folder(streamed_120b, tmp_path):

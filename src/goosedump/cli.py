@@ -144,8 +144,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         f"/completion, /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; "
                         f"unset: open)")
     _add_runtime(p)
-    p.add_argument("--model-name", metavar="NAME", default=None,
-                   help="the model's id in the API (default: the file's name without .gguf)")
+    p.add_argument("--model-name", "-a", "--alias", dest="model_name", metavar="NAME", default=None,
+                   help="the model's id in the API (-a/--alias: llama.cpp's spelling; default: the file's name "
+                        "without .gguf)")
     p.add_argument("--chat-template-kwargs", metavar="JSON", default=None,
                    help="defaults for every request's chat_template_kwargs (llama.cpp's flag): a JSON object with "
                         "reasoning_effort (low, medium, high), model_identity (the system message's first line), "
