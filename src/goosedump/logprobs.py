@@ -134,3 +134,17 @@ class TextLogprobs:
         """Those added since the last take (None: none)."""
         i, self.taken = self.taken, len(self.lps)
         return completion_logprobs(self.tok, self.lps[i:], self.offsets[i:]) if i < len(self.lps) else None
+
+
+class Unread:
+    """A generation's token log-probabilities not taken yet (for the routes
+    that hand them out as they come: ollama's raw generate, llama.cpp's
+    /completion)."""
+
+    def __init__(self, gen):
+        self.gen, self.taken = gen, 0
+
+    def take(self) -> list[TokenLogprob]:
+        out = self.gen.token_logprobs[self.taken:]
+        self.taken += len(out)
+        return out

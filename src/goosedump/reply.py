@@ -17,6 +17,7 @@ and tool_calls as OpenAI-compatible servers return them.
 """
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -126,6 +127,17 @@ class Reply:
         if self.tool_calls:
             m["tool_calls"] = self.tool_calls
         return m
+
+
+def call_arguments(item: Item) -> dict | None:
+    """A tool call item's arguments as an object, for the APIs that return
+    them so (ollama's, Anthropic's); None where they are not one: cut by the
+    token limit before they closed."""
+    try:
+        args = json.loads(item.text)
+    except json.JSONDecodeError:
+        return None
+    return args if isinstance(args, dict) else None
 
 
 def new_item(kind: str, index: int, seq: int, recipient: str | None) -> Item:

@@ -13,7 +13,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from ..reply import ReplyStream, new_id
+from ..reply import ReplyStream, call_arguments, new_id
 from .anthropic_params import CountBody, MessagesBody, chat_messages, function_tools, reasoning, tool_choice
 from .bridge import EventStream, Submitted
 from .errors import bad_request
@@ -82,16 +82,6 @@ async def handle(server, body: MessagesBody, request: Request):
     return msg.whole(reply, sub.gen.result)
 
 
-def tool_input(item) -> dict | None:
-    """A tool_use block's input: the call's arguments, parsed (None where
-    the token limit cut them before they closed)."""
-    try:
-        args = json.loads(item.text)
-    except json.JSONDecodeError:
-        return None
-    return args if isinstance(args, dict) else None
-
-
 def usage(r) -> dict:
     """Anthropic's counts: input_tokens leaves out those read from the KV cache."""
     return {"input_tokens": r.prompt_tokens - r.cached_tokens, "output_tokens": r.generated_tokens,
@@ -123,7 +113,7 @@ class Message:
             return {"type": "thinking", "thinking": item.text if whole and self.show else "", "signature": ""}
         if item.kind == "content":
             return {"type": "text", "text": item.text if whole else ""}
-        args = tool_input(item) if whole else {}
+        args = call_arguments(item) if whole else {}
         return None if args is None else {"type": "tool_use", "id": item.call_id, "name": item.name, "input": args}
 
     def whole(self, reply: ReplyStream, r) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import os
 import sys
 
@@ -29,7 +28,8 @@ from . import anthropic, chat_completions, completions, llamacpp, ollama, respon
 from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
-from .params import TemplateOptions, check_text_fits, context_error, sampling_params, template_options, text_chars
+from .params import (TemplateOptions, check_text_fits, context_error, sampling_params, template_options, text_chars,
+                     utc_time)
 from .schemas import (CHAT_REPLY, COMPLETION_REPLY, ERROR_RESPONSES, RESPONSE_REPLY, ChatBody, CompletionBody, Fields,
                       ResponsesBody, openapi_extra)
 
@@ -117,7 +117,7 @@ class Server:
         mtime = os.path.getmtime(self.model.path)
         return {"id": self.name, "object": "model", "created": int(mtime), "owned_by": "goosedump",
                 "type": "model", "display_name": self.name,
-                "created_at": dt.datetime.fromtimestamp(int(mtime), dt.timezone.utc).isoformat().replace("+00:00", "Z")}
+                "created_at": utc_time(int(mtime))}
 
     def cancel_all(self, reason: str = "shutdown") -> None:
         for gen in list(self.live.values()):

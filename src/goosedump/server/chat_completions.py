@@ -56,13 +56,18 @@ def _finish(result, reply: ReplyStream) -> str:
     return finish_reason(result.stop_reason, reply.stopped, bool(reply.tool_calls))
 
 
+def render(server, body: ChatBody):
+    """(prompt ids, the reply's plan) of a chat body (here and in its token count)."""
+    return server.render(body.messages, body.tools, body.tool_choice, body.reasoning_effort, "messages", body,
+                         body.response_format)
+
+
 async def handle(server, body: ChatBody, request: Request):
     server.check_model(body.model)
     check_common(body)
     n_top = logprobs_asked(body.logprobs, body.top_logprobs)
     stops = stop_strings(body.stop)
-    prompt, plan = server.render(body.messages, body.tools, body.tool_choice, body.reasoning_effort, "messages",
-                                 body, body.response_format)
+    prompt, plan = render(server, body)
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     n = max_tokens(limit, len(prompt), server.model.n_ctx, param, "messages")

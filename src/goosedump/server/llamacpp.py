@@ -12,14 +12,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
-from ..logprobs import MAX_TOP, entry
+from ..logprobs import MAX_TOP, Unread, entry
 from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import bad_request
 from .ollama_params import OFF, SAMPLING, read_options
-from .params import check_text_fits, max_tokens, sampling_params
+from .params import check_text_fits, max_tokens, sampling_params, token_ids
 from .schemas import Fields, openapi_extra
 from .sse import sse, stream_error
 
@@ -58,13 +58,8 @@ def prompt_ids(server, prompt) -> list[int]:
     check_text_fits(sum(len(p) for p in parts if isinstance(p, str)), tok, server.model.n_ctx, "prompt")
     ids: list[int] = []
     for p in parts:
-        if isinstance(p, str):
-            ids += tok.encode(p, allow_special=True)
-        elif not 0 <= p < tok.n_vocab:
-            raise bad_request(f"prompt holds {p}, which is not a token id of this model (0..{tok.n_vocab - 1})",
-                              param="prompt")
-        else:
-            ids.append(p)
+        ids += tok.encode(p, allow_special=True) if isinstance(p, str) else [p]
+    token_ids(tok, ids, "prompt")
     if not ids:
         raise bad_request("The prompt is empty: nothing to continue from.", param="prompt")
     return ids
@@ -113,12 +108,11 @@ class Reply:
 
     def __init__(self, server, body, sub: Submitted, stop: StopFilter, ids: list[int], sampling, limit):
         self.server, self.body, self.sub, self.stop, self.ids = server, body, sub, stop, ids
-        self.sampling, self.limit, self.taken = sampling, limit, 0
+        self.sampling, self.limit, self.unread = sampling, limit, Unread(sub.gen)
 
     def probs(self) -> list[dict]:
         """The tokens' log-probabilities since the last call (n_probs)."""
-        tok, lps = self.server.tok, self.sub.gen.token_logprobs[self.taken:]
-        self.taken += len(lps)
+        tok, lps = self.server.tok, self.unread.take()
         return [{"id": lp.token, **entry(tok, lp.token, lp.logprob),
                  "top_logprobs": [{"id": i, **entry(tok, i, v)} for i, v in lp.top]} for lp in lps]
 

@@ -80,9 +80,9 @@ class Metrics:
 
 
 class Middleware:
-    """Plain ASGI (it leaves streaming alone): the API key on /v1/, /api/ (but /api/version) and llama.cpp's
-    token routes, then
-    counts every request by endpoint and status, and names the replica."""
+    """Plain ASGI (it leaves streaming alone): the API key on /v1/, /api/
+    (but /api/version) and llama.cpp's routes (GUARDED), then counts every
+    request by endpoint and status, and names the replica."""
 
     def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
         self.app, self.metrics, self.api_key = app, metrics, api_key

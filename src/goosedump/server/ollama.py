@@ -18,21 +18,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from .. import __version__
-from ..logprobs import ContentLogprobs, chat_entry
-from ..reply import ReplyStream, StopFilter
+from ..logprobs import ContentLogprobs, Unread, chat_entry
+from ..reply import ReplyStream, StopFilter, call_arguments
 from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import APIError, bad_request
 from .ollama_params import OllamaChatBody, OllamaFields, OllamaGenerateBody, chat_messages, read_request
-from .params import check_text_fits, finish_reason, max_tokens
+from .params import check_text_fits, finish_reason, max_tokens, token_ids, utc_time
 
 NDJSON = "application/x-ndjson"
 NOT_HERE = ("pull", "push", "create", "copy", "delete", "embed", "embeddings")
-
-
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def line(d: dict) -> str:
@@ -188,7 +184,7 @@ class Shape:
             body = {"response": content}
             if thinking and self.show_thinking:
                 body["thinking"] = thinking
-        return {"model": self.name, "created_at": now(), **body, "done": done}
+        return {"model": self.name, "created_at": utc_time(), **body, "done": done}
 
     def last(self, sub: Submitted, stopped: bool, t0: float, **reply) -> dict:
         r = sub.gen.result
@@ -201,11 +197,8 @@ class Shape:
 def tool_call(item) -> dict | None:
     """An ended tool call item as ollama writes it (its arguments an object);
     None for one the token limit cut before its arguments parsed."""
-    try:
-        args = json.loads(item.text)
-    except json.JSONDecodeError:
-        return None
-    return {"function": {"name": item.name, "arguments": args}} if isinstance(args, dict) else None
+    args = call_arguments(item)
+    return None if args is None else {"function": {"name": item.name, "arguments": args}}
 
 
 def pieces(events) -> list[dict]:
@@ -233,7 +226,7 @@ async def reply(server, body: OllamaFields, request: Request, messages: list[dic
     prompt, plan = server.render(messages, tools, None, req.effort, prompt_param, req.fields, req.response_format,
                                  "format", object_arguments=True)
     if not chat and getattr(body, "context", None):
-        prompt = tokens(server, body.context) + prompt
+        prompt = token_ids(server.tok, body.context, "context") + prompt
     n = max_tokens(req.limit, len(prompt), server.model.n_ctx, "options.num_predict", prompt_param)
     sub = server.submit(prompt, n, req.fields, "options.num_predict", prompt_param, plan.gate(server.tok), req.n_top)
     reply = ReplyStream(server.tok, req.stops, plan.prefix)
@@ -279,7 +272,8 @@ async def raw_reply(server, body: OllamaGenerateBody, request: Request):
     if body.system:
         raise bad_request("system has no place in a raw prompt: write it into the prompt", param="system")
     check_text_fits(len(body.prompt or ""), server.tok, server.model.n_ctx, "prompt")
-    ids = tokens(server, body.context or []) + server.tok.encode(body.prompt or "", allow_special=True)
+    ids = token_ids(server.tok, body.context or [], "context") + \
+        server.tok.encode(body.prompt or "", allow_special=True)
     shape = Shape(server, False, True)
     if not ids:
         return {**shape.chunk(done=True), "done_reason": "load"}
@@ -291,12 +285,10 @@ async def raw_reply(server, body: OllamaGenerateBody, request: Request):
     n = max_tokens(req.limit, len(ids), server.model.n_ctx, "options.num_predict", "prompt")
     sub = server.submit(ids, n, req.fields, "options.num_predict", "prompt", constraint, req.n_top)
     stop = StopFilter(req.stops)
-    taken = [0]
+    unread = Unread(sub.gen)
 
     def new_logprobs() -> list[dict]:
-        lps = sub.gen.token_logprobs[taken[0]:]
-        taken[0] += len(lps)
-        return [chat_entry(server.tok, lp) for lp in lps]
+        return [chat_entry(server.tok, lp) for lp in unread.take()]
 
     async def stream():
         async with text_pieces(sub, stop, None) as texts:
@@ -320,15 +312,6 @@ async def raw_reply(server, body: OllamaGenerateBody, request: Request):
     if req.n_top is not None:
         out["logprobs"] = new_logprobs()
     return out
-
-
-def tokens(server, ids: list[int]) -> list[int]:
-    """A request's context: token ids of the model's vocabulary."""
-    n = server.tok.n_vocab
-    bad = next((t for t in ids if not 0 <= t < n), None)
-    if bad is not None:
-        raise bad_request(f"context holds {bad}, which is not a token id of this model (0..{n - 1})", param="context")
-    return list(ids)
 
 
 async def ndjson(body: AsyncIterator[str]) -> AsyncIterator[str]:

@@ -2,6 +2,7 @@
 stop strings, tool choice, token limits, usage and finish reasons."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from dataclasses import dataclass
@@ -106,6 +107,22 @@ def usage(result, reasoning_tokens: int | None = None) -> dict:
 def response_id(prefix: str) -> tuple[str, int]:
     """A new response's id and its creation time."""
     return new_id(prefix), int(time.time())
+
+
+def utc_time(seconds: float | None = None) -> str:
+    """A time (now, or seconds since the epoch) in RFC 3339, UTC, as "...Z"."""
+    t = dt.datetime.now(dt.timezone.utc) if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def token_ids(tok, ids: list[int], param: str) -> list[int]:
+    """Token ids a request gives (a prompt, a context, ids to decode), each
+    one of the model's vocabulary; the error names the field."""
+    bad = next((t for t in ids if not 0 <= t < tok.n_vocab), None)
+    if bad is not None:
+        raise bad_request(f"{param} holds {bad}, which is not a token id of this model (0..{tok.n_vocab - 1})",
+                          param=param)
+    return list(ids)
 
 
 def check_text_fits(n_chars: int, tok, n_ctx: int, prompt_param: str) -> None:

@@ -229,15 +229,22 @@ def logprobs_asked(body: ResponsesBody) -> int | None:
     return (top or 0) if LOGPROBS in (body.include or []) or top else None
 
 
+def render(server, body: ResponsesBody):
+    """(prompt ids, the reply's plan, the reasoning effort) of a Responses
+    API body (here and in its token count)."""
+    effort = (body.reasoning or {}).get("effort") or server.template(body).effort or "medium"
+    prompt, plan = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input", body,
+                                 (body.text or {}).get("format"), "text.format")
+    return prompt, plan, effort
+
+
 async def handle(server, body: ResponsesBody, request: Request):
     server.check_model(body.model)
     check_common(body)
     if body.previous_response_id:
         raise bad_request("previous_response_id is not supported: this server keeps no state; send the "
                           "whole conversation in 'input'", param="previous_response_id")
-    effort = (body.reasoning or {}).get("effort") or server.template(body).effort or "medium"
-    prompt, plan = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input", body,
-                                 (body.text or {}).get("format"), "text.format")
+    prompt, plan, effort = render(server, body)
     n = max_tokens(body.max_output_tokens, len(prompt), server.model.n_ctx, "max_output_tokens", "input")
     n_top = logprobs_asked(body)
     sub = server.submit(prompt, n, body, "max_output_tokens", "input", plan.gate(server.tok), n_top)

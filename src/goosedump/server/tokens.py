@@ -11,10 +11,9 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
-from ..chat import ChatError
 from ..sampling import SamplingParams
-from .errors import bad_request, chat_error
-from .responses import responses_messages
+from . import chat_completions, responses
+from .params import token_ids
 from .schemas import ERROR_RESPONSES, ChatBody, ResponsesBody, openapi_extra
 
 
@@ -70,22 +69,12 @@ def register(app: FastAPI, server, read) -> None:
     @app.post("/detokenize", openapi_extra=openapi_extra(DetokenizeBody, reply_schema("content")))
     async def detokenize(request: Request):
         body = await read(request, DetokenizeBody)
-        bad = next((t for t in body.tokens if not 0 <= t < tok.n_vocab), None)
-        if bad is not None:
-            raise bad_request(f"tokens holds {bad}, which is not a token id of this model (0..{tok.n_vocab - 1})",
-                              param="tokens")
-        return {"content": tok.decode(body.tokens)}
+        return {"content": tok.decode(token_ids(tok, body.tokens, "tokens"))}
 
     @app.post("/apply-template", openapi_extra=openapi_extra(ChatBody, reply_schema("prompt")))
     async def apply_template(request: Request):
-        body = await read(request, ChatBody)
-        opts = server.template(body)
-        try:
-            ids = model.render_chat(body.messages, reasoning_effort=body.reasoning_effort or opts.effort or "medium",
-                                    tools=body.tools, model_identity=opts.identity)
-        except ChatError as e:
-            raise chat_error(e) from None
-        return {"prompt": tok.decode(ids)}
+        prompt, _ = chat_completions.render(server, await read(request, ChatBody))
+        return {"prompt": tok.decode(prompt)}
 
     @app.get("/props", responses=ERROR_RESPONSES)
     async def props():
@@ -104,8 +93,7 @@ def register(app: FastAPI, server, read) -> None:
     async def chat_input_tokens(request: Request):
         body = await read(request, ChatBody)
         server.check_model(body.model)
-        prompt, _ = server.render(body.messages, body.tools, body.tool_choice, body.reasoning_effort, "messages",
-                                  body, body.response_format)
+        prompt, _ = chat_completions.render(server, body)
         return {"object": "response.input_tokens", "input_tokens": len(prompt)}
 
     @app.post("/v1/responses/input_tokens", openapi_extra=openapi_extra(CountBody, COUNT_REPLY))
@@ -114,7 +102,5 @@ def register(app: FastAPI, server, read) -> None:
         server.check_model(body.model)
         if body.input is None:
             body.input = []
-        effort = (body.reasoning or {}).get("effort")
-        prompt, _ = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input", body,
-                                  (body.text or {}).get("format"), "text.format")
+        prompt, _, _ = responses.render(server, body)
         return {"object": "response.input_tokens", "input_tokens": len(prompt)}
