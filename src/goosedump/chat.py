@@ -171,6 +171,38 @@ def _assistant(m: dict, where: str, call_names: dict[str, str]) -> list[Message]
     return out
 
 
+def split_prefill(messages: Sequence[dict]) -> tuple[list[dict], dict | None]:
+    """(the conversation before its last message, that message) where the
+    last is an assistant message with text to continue; else (the
+    conversation, None). An empty last assistant message is dropped: there
+    is nothing to continue, the reply starts afresh."""
+    messages = list(messages)
+    last = messages[-1] if messages else None
+    if not (isinstance(last, dict) and last.get("role") == "assistant"):
+        return messages, None
+    if not (last.get("content") or last.get("reasoning_content") or last.get("reasoning")
+            or last.get("tool_calls") or last.get(TOKENS_KEY)):
+        return messages[:-1], None
+    return messages[:-1], last
+
+
+def prefill_tokens(tokenizer, m: dict, where: str) -> list[int]:
+    """The reply's start for a last assistant message the reply continues
+    (a prefill, as Anthropic's API and ollama's gpt-oss template have it):
+    its reasoning as a whole analysis message and its content as the final
+    message left open, or with reasoning only the analysis message left
+    open. The prompt already ends with <|start|>assistant."""
+    if m.get("tool_calls"):
+        raise ChatError(f"{where}: a last assistant message the reply continues cannot hold tool calls "
+                        "(send the tools' results as tool messages)")
+    if not has_harmony_tokens(tokenizer):
+        raise ChatError(f"{where}: continuing the last assistant message needs the harmony chat format "
+                        "(a gpt-oss model)")
+    r = harmony.Renderer(tokenizer)
+    ids = r.conversation(_assistant(m, where, {}), next_role=None)[:-1]    # the last message left open
+    return ids[len([r.special[harmony.START]] + r.text("assistant")):]
+
+
 def has_harmony_tokens(tokenizer) -> bool:
     try:
         for t in harmony.FORMAT_TOKENS:

@@ -234,6 +234,11 @@ class HarmonyParser:
         return self._current.role if self._current else None
 
     @property
+    def text(self) -> str:
+        """The text of the message being written, so far."""
+        return "".join(self._text)
+
+    @property
     def in_message(self) -> bool:
         return self._current is not None
 

@@ -192,7 +192,7 @@ class Model:
                     profile: bool = False, chat_format: str = "auto", record_routing: bool = False,
                     tool_choice=None, response_format: dict | None = None, reasoning_budget: int | None = None,
                     grammar: str | None = None, json_schema: dict | str | None = None,
-                    logprobs: int | None = None) -> ReplyStream:
+                    logprobs: int | None = None, continue_final_message: bool = False) -> ReplyStream:
         """A chat turn: the conversation rendered (render_chat), then generated
         and parsed as it streams. Iterate for reply events (goosedump.reply:
         start, delta and end of reasoning, content and tool calls); `.reply`
@@ -201,13 +201,21 @@ class Model:
         tools with "strict": true constrain their arguments), grammar /
         json_schema as llama.cpp's; reasoning_budget ends the reasoning after
         so many tokens (0: none). Constraints apply where the harmony format
-        says: the reasoning stays free (goosedump.structured)."""
-        from .chat import has_harmony_tokens
+        says: the reasoning stays free (goosedump.structured).
+        continue_final_message: a last assistant message is the reply's start
+        (its content the answer's, or its reasoning only), which the reply
+        continues; the reply holds what follows it."""
+        from .chat import ChatError, has_harmony_tokens, prefill_tokens, split_prefill
         from .reply_plan import plan_reply
         harmony = chat_format != "template" and has_harmony_tokens(self.tokenizer)
+        history, last = split_prefill(messages) if continue_final_message else (list(messages), None)
+        if continue_final_message and last is None and not (messages and isinstance(messages[-1], dict)
+                                                             and messages[-1].get("role") == "assistant"):
+            raise ChatError("continue_final_message needs an assistant message last, the start of the reply")
+        start = prefill_tokens(self.tokenizer, last, f"messages[{len(messages) - 1}]") if last is not None else None
         plan = plan_reply(self.tokenizer, tools, tool_choice, response_format, reasoning_budget, grammar,
-                          json_schema, harmony)
-        ids = self.render_chat(messages, reasoning_effort=reasoning_effort, tools=plan.tools, date=date,
+                          json_schema, harmony, prefill=start)
+        ids = self.render_chat(history, reasoning_effort=reasoning_effort, tools=plan.tools, date=date,
                                chat_format=chat_format)
         gen = self.generate_stream(ids + plan.prefix, max_tokens, time_budget, profile, sampling,
                                    record_routing=record_routing, constraint=plan.gate(self.tokenizer),

@@ -164,8 +164,9 @@ class ReplyStream:
     """Generated token ids of a harmony reply in, ReplyEvents out (`feed`,
     then `close` at the end of generation). Stop strings cut the content
     (`stopped` then says so); `prefix`: tokens of the reply already in the
-    prompt (a forced tool call's header). Bound to a generation, iterating
-    runs it and gives its events, and `cancel()` stops it."""
+    prompt (a forced tool call's header, a prefill the reply continues):
+    parsed, never sent. Bound to a generation, iterating runs it and gives
+    its events, and `cancel()` stops it."""
 
     def __init__(self, tokenizer, stop: list[str] | None = None, prefix: Sequence[int] = (), generation=None):
         self.parser = HarmonyParser(tokenizer)
@@ -176,7 +177,8 @@ class ReplyStream:
         self.items: list[Item] = []
         self._by_message: dict[int, Item | None] = {}   # parser message index -> its item
         self._counts: Counter = Counter()
-        self._ended = 0            # parser messages whose items are ended
+        self._ended = len(self.parser.messages)   # parser messages whose items are ended (the prefix's: none)
+        self._open_at, self._prefilled = self._ended, self.parser.text   # the message a prefix left open
         self.stopped = False       # a stop string ended the reply
         self.reasoning_tokens = 0
         # the item the last token fed is text of (None: markup), and how many
@@ -257,6 +259,8 @@ class ReplyStream:
             self._by_message[i] = None
             return []
         item = new_item(kind, len(self.items), self._counts[kind], recipient)
+        if i == self._open_at:
+            item.received = self._prefilled    # the prefill's text is the prompt's, not the reply's
         self._counts[kind] += 1
         self.items.append(item)
         self._by_message[i] = item

@@ -23,8 +23,12 @@ class ReplyPlan:
     tools: list[dict] | None          # rendered into the prompt
     prefix: list[int] = field(default_factory=list)   # the reply's start, appended to the prompt
     spec: ReplySpec | None = None     # None: the reply is free
+    checked: Gate | None = None       # the gate plan_reply built to check a prefill, handed out once
 
     def gate(self, tok) -> Gate | None:
+        if self.checked is not None:
+            gate, self.checked = self.checked, None
+            return gate
         return Gate(tok, self.spec, self.prefix) if self.spec is not None else None
 
 
@@ -99,14 +103,21 @@ def format_grammar(fmt, param: str = "response_format") -> str | None:
 def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_format=None,
                reasoning_budget: int | None = None, grammar: str | None = None, json_schema=None,
                harmony: bool = True, format_param: str = "response_format",
-               object_arguments: bool = False) -> ReplyPlan:
+               object_arguments: bool = False, prefill: list[int] | None = None) -> ReplyPlan:
     """The plan of a chat reply. grammar / json_schema (llama.cpp's fields)
     constrain the final answer as response_format does; object_arguments:
-    every tool call's arguments must parse (arguments_grammar)."""
+    every tool call's arguments must parse (arguments_grammar); prefill: the
+    reply's start from a last assistant message (chat.prefill_tokens), held
+    to the constraint like generated tokens."""
     rendered, forced, required = resolve_tool_choice(tool_choice, tools)
+    if prefill and forced:
+        raise PlanError(f"tool_choice forces a call to {forced!r}, which cannot continue the last assistant "
+                        "message", "tool_choice")
     if not harmony:               # another chat format: no channels to constrain
         if response_format not in (None, {"type": "text"}) or grammar or json_schema or reasoning_budget:
             raise PlanError("structured output needs the harmony chat format (a gpt-oss model)", format_param)
+        if prefill:
+            raise PlanError("continuing the last assistant message needs the harmony chat format", "messages")
         return ReplyPlan(rendered)
     if reasoning_budget is not None and (not isinstance(reasoning_budget, int) or reasoning_budget < 0):
         raise PlanError(f"reasoning_budget must be a whole number of tokens >= 0, got {reasoning_budget!r}",
@@ -127,14 +138,27 @@ def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_
             raise PlanError(str(e), "json_schema") from None
     strict = {fn["name"]: arguments_grammar(fn, object_arguments)
               for fn in map(_function, rendered or []) if fn is not None}
-    prefix = forced_call_header(tok, forced) if forced else []
+    prefix = forced_call_header(tok, forced) if forced else list(prefill or [])
     constrained = final is not None or required or reasoning_budget is not None or \
         any(g is not None for g in strict.values())
     if not constrained:
         return ReplyPlan(rendered, prefix)
     tools_allowed = {forced: strict.get(forced)} if forced else strict
     spec = ReplySpec(final=final, tools=tools_allowed, reasoning_budget=reasoning_budget, allow_final=not required)
-    return ReplyPlan(rendered, prefix, spec)
+    plan = ReplyPlan(rendered, prefix, spec)
+    if prefill:
+        try:
+            plan.checked = Gate(tok, spec, prefix)
+        except ConstraintError as e:
+            raise PlanError(f"the last assistant message, which the reply continues, breaks the reply's "
+                            f"constraint ({', '.join(_constraints(format_param, final, required, reasoning_budget))}): "
+                            f"{e}", "messages") from None
+    return plan
+
+
+def _constraints(format_param: str, final, required: bool, budget) -> list[str]:
+    return [name for name, on in ((format_param, final is not None), ("tool_choice", required),
+                                  ("reasoning_budget", budget is not None)) if on] or ["strict tools"]
 
 
 def arguments_grammar(fn: dict, objects: bool) -> str | None:

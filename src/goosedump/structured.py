@@ -169,7 +169,8 @@ class Matcher:
 
     def consume(self, token: int) -> None:
         if not self.m.consume_token(int(token)):
-            raise ConstraintError(f"the grammar refused token {token}: {self.m.get_error()}")
+            why = self.m.get_error().splitlines()    # its first line says why; a state dump follows
+            raise ConstraintError(f"the grammar refused token {token}: {why[0] if why else 'no reason given'}")
 
     @property
     def accepting(self) -> bool:
@@ -261,6 +262,8 @@ class Gate:
     def advance(self, token: int) -> None:
         token = int(token)
         if self._forced:
+            if token != self._forced[0]:
+                raise ConstraintError(f"token {token} is not the format's next token {self._forced[0]}")
             self._forced.pop(0)
             if not self._forced:
                 self._enter_header()

@@ -59,7 +59,7 @@ def render(server, body: MessagesBody):
         body.reasoning_budget = budget
     prompt, plan = server.render(chat_messages(body), function_tools(body.tools), tool_choice(body.tool_choice),
                                  effort, "messages", body, (body.output_config or {}).get("format"),
-                                 "output_config.format", object_arguments=True)
+                                 "output_config.format", object_arguments=True, prefill=True)
     return prompt, plan, show
 
 

@@ -70,10 +70,10 @@ def chat_messages(body: MessagesBody) -> list[dict]:
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
             raise bad_request(f"{where}.content must be a string or a list of content blocks", param="messages")
-        if m["role"] == "assistant":
-            if i == len(body.messages) - 1:
-                raise bad_request(f"{where}: a last assistant message (a prefill of the reply) is not supported",
-                                  param="messages")
+        if m["role"] == "assistant":     # the last one is a prefill: the reply continues it
+            if i == len(body.messages) - 1 and (body.thinking or {}).get("type") in ("enabled", "adaptive"):
+                raise bad_request(f"{where}: a last assistant message (a prefill of the reply) cannot go with "
+                                  "thinking on: the reply would start in its answer", param="messages")
             out.append(assistant(blocks, where, names))
             continue
         texts = []

@@ -18,7 +18,7 @@ from fastapi.responses import PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..chat import ChatError, has_harmony_tokens
+from ..chat import ChatError, has_harmony_tokens, prefill_tokens, split_prefill
 from ..engine import Engine
 from ..reply import ReplyStream
 from ..reply_plan import PlanError, ReplyPlan, plan_reply
@@ -67,21 +67,27 @@ class Server:
 
     def render(self, messages: list[dict], tools, tool_choice, effort: str | None, param: str,
                body: Fields, response_format=None, format_param: str = "response_format",
-               object_arguments: bool = False) -> tuple[list[int], ReplyPlan]:
+               object_arguments: bool = False, prefill: bool = False) -> tuple[list[int], ReplyPlan]:
         """(prompt ids, the reply's plan: its forced prefix, also in the
         prompt, and its constraint; object_arguments: every tool call's
-        arguments must parse, for the APIs that return them as objects).
-        effort: the request's (None: chat_template_kwargs', else medium)."""
+        arguments must parse, for the APIs that return them as objects;
+        prefill: a last assistant message is the reply's start, which the
+        reply continues). effort: the request's (None:
+        chat_template_kwargs', else medium)."""
         opts = self.template(body)
         budget = getattr(body, "reasoning_budget", None)
+        history, last = split_prefill(messages) if prefill else (messages, None)
         try:
+            start = prefill_tokens(self.tok, last, f"the last of {param}") if last is not None else None
             plan = plan_reply(self.tok, tools, tool_choice, response_format, opts.budget if budget is None else budget,
-                              body.grammar, body.json_schema, self.harmony, format_param, object_arguments)
+                              body.grammar, body.json_schema, self.harmony, format_param, object_arguments, start)
+        except ChatError as e:
+            raise chat_error(e, param) from None
         except PlanError as e:
             raise bad_request(str(e), param=e.param) from None
         check_text_fits(text_chars(messages) + text_chars(tools), self.tok, self.model.n_ctx, param)
         try:
-            ids = self.model.render_chat(messages, reasoning_effort=effort or opts.effort or "medium",
+            ids = self.model.render_chat(history, reasoning_effort=effort or opts.effort or "medium",
                                          tools=plan.tools, model_identity=opts.identity)
         except ChatError as e:
             raise chat_error(e, param) from None

@@ -59,7 +59,25 @@ def _finish(result, reply: ReplyStream) -> str:
 def render(server, body: ChatBody):
     """(prompt ids, the reply's plan) of a chat body (here and in its token count)."""
     return server.render(body.messages, body.tools, body.tool_choice, body.reasoning_effort, "messages", body,
-                         body.response_format)
+                         body.response_format, prefill=continues(body))
+
+
+def continues(body: ChatBody) -> bool:
+    """Whether the reply continues the last message (vLLM's fields: the
+    prompt then ends in that message, with no new assistant turn)."""
+    if body.continue_final_message:
+        if body.add_generation_prompt:
+            raise bad_request("continue_final_message and add_generation_prompt cannot both be true: the reply "
+                              "either continues the last message or starts a new one", param="add_generation_prompt")
+        last = body.messages[-1] if body.messages else None
+        if not (isinstance(last, dict) and last.get("role") == "assistant"):
+            raise bad_request("continue_final_message needs an assistant message last, the start of the reply",
+                              param="continue_final_message")
+        return True
+    if body.add_generation_prompt is False:
+        raise bad_request("add_generation_prompt false is supported only with continue_final_message true: a "
+                          "reply starts a new assistant turn or continues the last one", param="add_generation_prompt")
+    return False
 
 
 async def handle(server, body: ChatBody, request: Request):

@@ -224,7 +224,7 @@ async def reply(server, body: OllamaFields, request: Request, messages: list[dic
         return {**shape.chunk(done=True), "done_reason": "load"}
     prompt_param = "messages" if chat else "prompt"
     prompt, plan = server.render(messages, tools, None, req.effort, prompt_param, req.fields, req.response_format,
-                                 "format", object_arguments=True)
+                                 "format", object_arguments=True, prefill=chat)
     if not chat and getattr(body, "context", None):
         prompt = token_ids(server.tok, body.context, "context") + prompt
     n = max_tokens(req.limit, len(prompt), server.model.n_ctx, "options.num_predict", prompt_param)

@@ -44,6 +44,9 @@ class ChatBody(Fields):
     top_logprobs: Union[int, None] = None
     # llama.cpp's: reasoning_effort, model_identity, enable_thinking (server/params.py template_options)
     chat_template_kwargs: Union[dict[str, Any], None] = None
+    # vLLM's: the reply continues the last message, an assistant's (a prefill)
+    continue_final_message: Union[bool, None] = None
+    add_generation_prompt: Union[bool, None] = None
 
 
 class CompletionBody(Fields):
