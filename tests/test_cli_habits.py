@@ -216,7 +216,7 @@ def test_unknown_flag_prints_the_subcommands_usage(command):
 
 @pytest.mark.parametrize("args,needles", [
     (["-n", "0"], ["-n/--max-tokens", "got 0"]),
-    (["-c", "0"], ["-c/--ctx", "got 0"]),
+    (["-c", "-1"], ["-c/--ctx", "got -1"]),
     (["--ctx", "10000000"], ["-c/--ctx 10000000", "context length"]),
     (["--top-p", "0"], ["--top-p", "(0, 1]"]),
     (["--temperature", "-1"], ["--temperature"]),

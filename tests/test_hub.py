@@ -81,6 +81,18 @@ def test_a_file_name_and_a_later_part(hub, tmp_path):
     assert len(out.stdout.split()) >= 3
 
 
+def test_llama_cpps_hf_flags_name_the_same_files(hub, tmp_path):
+    """-hf REPO[:QUANT] and -hf REPO -hff FILE, as llama.cpp spells them."""
+    out = run(hub, tmp_path, "pull", "-hf", REPO, "-hff", "gpt-oss-tiny-Q4_K_M.gguf")
+    assert out.returncode == 0 and out.stdout.strip().endswith("gpt-oss-tiny-Q4_K_M.gguf"), out.stderr
+    ref = run(hub, tmp_path, "run", "-hf", f"{REPO}:Q4_K_M", "-p", "hi", "-n", "2", "--json", "--temperature", "0",
+              offline=True)
+    assert ref.returncode == 0, ref.stderr
+    same = run(hub, tmp_path, "run", "-hf", REPO, "-hff", "gpt-oss-tiny-Q4_K_M.gguf", "-p", "hi", "-n", "2",
+               "--json", "--temperature", "0", offline=True)
+    assert json.loads(same.stdout)["token_ids"] == json.loads(ref.stdout)["token_ids"]
+
+
 def test_list_shows_the_cached_models(hub, tmp_path):
     assert run(hub, tmp_path, "pull", f"{REPO}:Q8_0").returncode == 0
     assert run(hub, tmp_path, "pull", f"{REPO}:MXFP4").returncode == 0

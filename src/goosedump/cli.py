@@ -5,14 +5,17 @@ server/ run them.
 llama.cpp's and ollama's spellings are accepted beside goosedump's own:
 -m/--model, -c/--ctx-size, -t/--threads, -s/--seed (-1: random), -f/--file,
 --n-predict (-1: until the end), --temp, --repeat-penalty, ollama's --think,
---hidethinking, --format json, --verbose, and `goosedump run MODEL "prompt"`."""
+--hidethinking, --format json, --verbose, and `goosedump run MODEL "prompt"`;
+llama.cpp's -hf/-hff, -sys, -c 0, serve's -np and request defaults, and the
+flags goosedump ignores with a note (llamacpp_flags)."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import textwrap
 
-from . import commands, file_commands
+from . import commands, file_commands, llamacpp_flags
 from .bench import cmd_bench
 from .budget import ENV_EXPERT_CACHE, SizeError
 from .commands import UsageError
@@ -50,11 +53,22 @@ its replica in X-Goosedump-Replica. Point the openai client at http://HOST:PORT/
 --api-key, or any string without one); an ollama or anthropic client at http://HOST:PORT."""
 
 
+REFUSED_HELP = """--reasoning-format auto and deepseek are what goosedump does (the reasoning apart from the
+answer), none is refused; so are --chat-template and --chat-template-file."""
+
+
+def _epilog(*groups, chat: bool = True) -> str:
+    text = llamacpp_flags.help_text(llamacpp_flags.ANYWHERE, *groups)
+    return textwrap.fill(text, 100, break_on_hyphens=False) + ("\n" + REFUSED_HELP if chat else "")
+
+
 def _add_model(p: argparse.ArgumentParser, positional: bool = True) -> None:
     if positional:
         p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
-    p.add_argument("-m", "--model", dest="model_opt", metavar="MODEL", default=None,
-                   help="the model, as a flag (llama.cpp's spelling)")
+    p.add_argument("-m", "--model", "-hf", "-hfr", "--hf-repo", dest="model_opt", metavar="MODEL", default=None,
+                   help="the model, as a flag (llama.cpp's spelling; -hf REPO[:QUANT] too)")
+    p.add_argument("-hff", "--hf-file", dest="hf_file", metavar="FILE", default=None,
+                   help="with -hf REPO: the file in it (llama.cpp's flag; the same as the name REPO:FILE)")
 
 
 def _add_expert_cache(p: argparse.ArgumentParser) -> None:
@@ -74,8 +88,9 @@ def _add_expert_cache(p: argparse.ArgumentParser) -> None:
 
 
 def _add_chat_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--system", default=None, help="system message (for gpt-oss it becomes the developer "
-                                                   "message's instructions, as openai-harmony maps it)")
+    p.add_argument("--system", "-sys", "--system-prompt", dest="system", default=None,
+                   help="system message (for gpt-oss it becomes the developer message's instructions, as "
+                        "openai-harmony maps it; -sys/--system-prompt: llama.cpp's spelling)")
     p.add_argument("--reasoning-effort", choices=["low", "medium", "high"], default="medium",
                    help="how long the model thinks (default medium)")
     p.add_argument("--date", default=None, metavar="YYYY-MM-DD",
@@ -110,7 +125,7 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
 
 def _add_runtime(p: argparse.ArgumentParser, ctx_default: str = "min(4096, the model's)") -> None:
     p.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", type=int, default=None,
-                   help=f"context length in tokens (default {ctx_default})")
+                   help=f"context length in tokens; 0: the model's own, as in llama.cpp (default {ctx_default})")
     p.add_argument("-t", "--threads", type=int, default=None,
                    help="kernel threads (default, or 0: one per core)")
     _add_expert_cache(p)
@@ -124,6 +139,12 @@ def _add_runtime(p: argparse.ArgumentParser, ctx_default: str = "min(4096, the m
     p.add_argument("--prompt-cache-size", metavar="SIZE", default=None,
                    help="the prompt cache's cap on disk, least recently used entries evicted past it "
                         "(default: $GOOSEDUMP_PROMPT_CACHE_SIZE, else 4G)")
+
+
+def _add_llamacpp(p: argparse.ArgumentParser, *groups) -> None:
+    """llama.cpp's flags for a command that chats (llamacpp_flags)."""
+    llamacpp_flags.add_reasoning_format(p)
+    llamacpp_flags.add_ignored(p, llamacpp_flags.ANYWHERE, *groups)
 
 
 def _add_profile(p: argparse.ArgumentParser) -> None:
@@ -143,6 +164,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"require 'Authorization: Bearer KEY' (or x-api-key: KEY) on /v1/, /api/ and llama.cpp's "
                         f"/completion, /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; "
                         f"unset: open)")
+    p.add_argument("--api-key-file", metavar="FILE", default=None,
+                   help="the API key from the first line of FILE (llama.cpp's flag), so that it is not in the "
+                        "command line")
     _add_runtime(p)
     p.add_argument("--model-name", "-a", "--alias", dest="model_name", metavar="NAME", default=None,
                    help="the model's id in the API (-a/--alias: llama.cpp's spelling; default: the file's name "
@@ -152,8 +176,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "reasoning_effort (low, medium, high), model_identity (the system message's first line), "
                         "enable_thinking (false: no reasoning), e.g. '{\"reasoning_effort\": \"high\"}'; a "
                         "request's own fields win")
-    p.add_argument("--max-batch", type=int, default=4,
-                   help="requests the engine decodes together, where it can (default 4)")
+    p.add_argument("--max-batch", "-np", "--parallel", dest="max_batch", type=int, default=4,
+                   help="requests the engine decodes together, where it can (-np/--parallel: llama.cpp's "
+                        "spelling; default 4)")
     p.add_argument("--max-body-size", metavar="SIZE", default="16M",
                    help="refuse request bodies larger than this with a 413, before reading them whole "
                         "(an integer followed by M or G; default 16M)")
@@ -161,6 +186,22 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="answer 408 to a request whose body stops arriving for this long (default 20)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info)")
+    d = p.add_argument_group("request defaults (llama-server's flags): what a request that does not say gets; "
+                             "its own fields win")
+    d.add_argument("--temperature", "--temp", type=float, default=None, help="(default 1.0, as gpt-oss recommends)")
+    d.add_argument("--top-p", type=float, default=None, help="(default 1.0: off)")
+    d.add_argument("--top-k", type=int, default=None, help="(default 0: off)")
+    d.add_argument("--min-p", type=float, default=None, help="(default 0: off)")
+    d.add_argument("--repetition-penalty", "--repeat-penalty", type=float, default=None, help="(default 1.0: off)")
+    d.add_argument("--presence-penalty", type=float, default=None, help="(default 0: off)")
+    d.add_argument("--frequency-penalty", type=float, default=None, help="(default 0: off)")
+    d.add_argument("-s", "--seed", type=int, default=None, help="(default: a random one per request; -1 too)")
+    d.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=None,
+                   help="tokens to generate at most (default, or -1: until the reply ends or the context is full)")
+    d.add_argument("--reasoning-budget", type=int, default=None, metavar="N",
+                   help="reasoning tokens at most (0: none; default, or -1: no limit)")
+    llamacpp_flags.add_reasoning_format(p)
+    llamacpp_flags.add_ignored(p, llamacpp_flags.ANYWHERE, llamacpp_flags.SERVER)
     r = p.add_argument_group("replicas (Ray Serve; pip install 'goosedump[ray]')")
     r.add_argument("--replicas", metavar="N|auto", default=None,
                    help="serve N replicas of the engine behind this endpoint on Ray Serve (each with its own "
@@ -188,7 +229,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         return sp
 
     r = add("run", "answer a prompt in the chat format (--raw: plain completion); with no prompt on a "
-                   "terminal, chat", commands.cmd_run)
+                   "terminal, chat", commands.cmd_run,
+            epilog=_epilog(llamacpp_flags.CHAT), formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("words", nargs="*", metavar="MODEL [PROMPT ...]",
                    help=f"the model, then the user's message as words (ollama's spelling). MODEL: {MODEL_HELP}")
     _add_model(r, positional=False)
@@ -214,26 +256,32 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     _add_chat_options(r)
     _add_sampling(r)
     _add_runtime(r)
+    _add_llamacpp(r, llamacpp_flags.CHAT)
     r.add_argument("--routing-trace", metavar="FILE",
                    help="write the (token, layer, experts) routing of the run, for goosedump cache-sim")
     _add_profile(r)
 
-    ch = add("chat", "chat with the model in the terminal", commands.cmd_chat)
+    ch = add("chat", "chat with the model in the terminal", commands.cmd_chat,
+             epilog=_epilog(llamacpp_flags.CHAT), formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_model(ch)
     ch.add_argument("-n", "--max-tokens", "--n-predict", dest="max_tokens", type=int, default=2048,
                     help="tokens per answer at most (default 2048; -1: until the end of generation or the context)")
     _add_chat_options(ch)
     _add_sampling(ch)
     _add_runtime(ch)
+    _add_llamacpp(ch, llamacpp_flags.CHAT)
     ch.add_argument("--profile", action="store_true", help="after each answer, report where time, memory "
                                                           "and routing went")
 
     sv = add("serve", "serve the model over OpenAI-, ollama- and Anthropic-compatible HTTP APIs", commands.cmd_serve,
-             epilog=SERVE_SUMMARY, formatter_class=argparse.RawDescriptionHelpFormatter)
+             epilog=SERVE_SUMMARY + "\n" + _epilog(llamacpp_flags.SERVER),
+             formatter_class=argparse.RawDescriptionHelpFormatter)
     add_serve_arguments(sv)
 
     b = add("bench", "prefill and decode tokens/s with their spread (like llama-bench; comma lists give one "
-                     "row per combination)", cmd_bench)
+                     "row per combination)", cmd_bench,
+            epilog=_epilog(llamacpp_flags.BENCH, chat=False),
+            formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_model(b)
     b.add_argument("-p", "--prompt-tokens", "--n-prompt", dest="prompt_tokens", default="512", metavar="N[,N...]",
                    help="prompt length(s) (default 512)")
@@ -246,6 +294,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     _add_expert_cache(b)
     b.add_argument("--json", action="store_true", help="print one JSON object")
     _add_profile(b)
+    llamacpp_flags.add_ignored(b, llamacpp_flags.ANYWHERE, llamacpp_flags.BENCH)
 
     i = add("inspect", "describe a model file and the memory a run needs", file_commands.cmd_inspect)
     _add_model(i)
@@ -322,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # ollama's --think takes its value only as --think=VALUE (alone: true), so
     # the word after a bare --think is the prompt's, as ollama reads it
-    argv = ["--think=true" if a == "--think" else a for a in argv]
+    argv = llamacpp_flags.normalise(["--think=true" if a == "--think" else a for a in argv])
     command = next((a for a in argv if not a.startswith("-")), None)
     if command in subs:   # an unknown flag: the subcommand's own usage, not the top level's
         rest = argv[argv.index(command) + 1:]
@@ -339,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         subs[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        llamacpp_flags.check(args)
+        said = llamacpp_flags.note(args)
+        if said:
+            print(said, file=sys.stderr)
         return args.func(args)
     except (GGUFError, SizeError, FileNotFoundError, UsageError, ValueError, OSError) as e:
         print(f"goosedump: error: {e}", file=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -23,8 +24,17 @@ SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "
 
 
 def model_arg(args: argparse.Namespace) -> str | None:
-    """The model the arguments name: -m/--model, else the positional one."""
-    return getattr(args, "model_opt", None) or getattr(args, "model", None)
+    """The model the arguments name: -m/--model (-hf REPO with -hff FILE:
+    REPO:FILE), else the positional one."""
+    name = getattr(args, "model_opt", None) or getattr(args, "model", None)
+    hf_file = getattr(args, "hf_file", None)
+    if hf_file is not None:
+        repo = getattr(args, "model_opt", None)
+        if not repo or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo) or os.path.exists(repo):
+            raise UsageError(f"-hff/--hf-file {hf_file} needs -hf REPO (a repository's name, such as "
+                             f"ggml-org/gpt-oss-20b-GGUF), got {repo or 'no -hf'}")
+        return f"{args.model_opt}:{hf_file}"
+    return name
 
 
 def check_threads(threads: int | None) -> int | None:
@@ -47,8 +57,8 @@ def load_model(args: argparse.Namespace):
     from .options import Options
     threads = check_threads(args.threads)
     ctx = getattr(args, "ctx", None)
-    if ctx is not None and ctx < 1:
-        raise UsageError(f"-c/--ctx must be at least 1, got {ctx}")
+    if ctx is not None and ctx < 0:
+        raise UsageError(f"-c/--ctx must be at least 1 (or 0: the model's own context length), got {ctx}")
     # the prompt cache is on by default for run, chat and serve (the flag,
     # else the environment, else the user's cache folder); off elsewhere
     prompt_cache = getattr(args, "prompt_cache", "off")
@@ -62,6 +72,8 @@ def load_model(args: argparse.Namespace):
                                huge_pages=getattr(args, "huge_pages", None))
     model = load(resolve_model(model_arg(args)), options=options)
     model.on_note = lambda text: print(text, file=sys.stderr)
+    if ctx == 0:                   # llama.cpp's -c 0: the context the model was trained for
+        ctx = args.ctx = model.config.context_length
     if ctx is not None:
         if ctx > model.config.context_length:
             raise UsageError(f"-c/--ctx {ctx} is more than the model's context length "
@@ -99,7 +111,6 @@ def sampling_from(args: argparse.Namespace):
         raise UsageError(f"-s/--seed must be a non-negative integer, or -1 for a random one, got {seed}")
     bias = {}
     for text in getattr(args, "logit_bias", None) or []:
-        import re
         m = re.fullmatch(r"\s*(\d+)\s*([+-]\s*(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*", text)
         if not m:
             raise UsageError(f"-l/--logit-bias takes TOKEN_ID+BIAS or TOKEN_ID-BIAS (for example 15043+1 or "
@@ -337,8 +348,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--body-timeout must be more than 0 seconds, got {args.body_timeout}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
-    from .server.params import template_kwargs_flag
+    from .server.params import request_defaults, template_kwargs_flag
     args.chat_template_kwargs = template_kwargs_flag(args.chat_template_kwargs)
+    args.request_defaults = request_defaults(args)
+    if args.api_key_file is not None:
+        args.api_key = api_key_from(args.api_key_file)
     try:                        # a port in use is said before anything loads
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
             probe.bind((args.host, args.port))
@@ -363,6 +377,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
     from .server import serve   # FastAPI and uvicorn load only for serve
     return serve(args, model)
+
+
+def api_key_from(path: str) -> str:
+    """serve's --api-key-file: the key on its first line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            key = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--api-key-file {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not key:
+        raise UsageError(f"--api-key-file {path}: its first line is empty (the file should hold the key)")
+    return key
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from ..reply import ReplyStream, call_arguments, new_id
 from .anthropic_params import CountBody, MessagesBody, chat_messages, function_tools, reasoning, tool_choice
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import check_common, max_tokens
+from .params import check_common
 from .schemas import openapi_extra
 
 MESSAGE_REPLY = {"type": "object", "required": ["id", "type", "role", "content", "stop_reason", "usage"],
@@ -70,7 +70,7 @@ async def handle(server, body: MessagesBody, request: Request):
     if not all(isinstance(s, str) and s for s in stops):
         raise bad_request("stop_sequences must be non-empty strings", param="stop_sequences")
     prompt, plan, show = render(server, body)
-    n = max_tokens(body.max_tokens, len(prompt), server.model.n_ctx, "max_tokens", "messages")
+    n = server.limit(body.max_tokens, len(prompt), "max_tokens", "messages")
     sub = server.submit(prompt, n, body, "max_tokens", "messages", plan.gate(server.tok))
     reply = ReplyStream(server.tok, stops, plan.prefix)
     msg = Message(server.name, show)

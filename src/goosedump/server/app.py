@@ -28,8 +28,8 @@ from . import anthropic, chat_completions, completions, llamacpp, ollama, respon
 from .bridge import Submitted
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
-from .params import (TemplateOptions, check_text_fits, context_error, sampling_params, template_options, text_chars,
-                     utc_time)
+from .params import (RequestDefaults, TemplateOptions, check_text_fits, context_error, max_tokens, sampling_params,
+                     template_options, text_chars, utc_time)
 from .schemas import (CHAT_REPLY, COMPLETION_REPLY, ERROR_RESPONSES, RESPONSE_REPLY, ChatBody, CompletionBody, Fields,
                       ResponsesBody, openapi_extra)
 
@@ -38,9 +38,11 @@ class Server:
     """What every endpoint shares: the model, its engine, the metrics and the
     generations in flight."""
 
-    def __init__(self, model, model_name: str, max_batch: int | None = None, template_kwargs: dict | None = None):
+    def __init__(self, model, model_name: str, max_batch: int | None = None, template_kwargs: dict | None = None,
+                 defaults: RequestDefaults | None = None):
         self.model = model
         self.template_kwargs = template_kwargs     # serve's --chat-template-kwargs
+        self.defaults = defaults or RequestDefaults()   # serve's --temp, -n, ...
         self.name = model_name
         self.tok = model.tokenizer
         self.harmony = has_harmony_tokens(self.tok)
@@ -56,7 +58,8 @@ class Server:
     def submit(self, prompt: list[int], max_tokens: int, body: Fields, param: str, prompt_param: str,
                constraint=None, logprobs: int | None = None) -> Submitted:
         try:
-            return Submitted(self.engine, prompt, max_tokens, sampling_params(body), body.time_budget,
+            return Submitted(self.engine, prompt, max_tokens, sampling_params(body, self.defaults.sampling),
+                             body.time_budget,
                              self.metrics, self.live, constraint, logprobs)
         except ContextOverflowError as e:
             raise context_error(e, param, prompt_param) from None
@@ -64,6 +67,10 @@ class Server:
             raise bad_request(str(e), param=str(e).split()[0]) from None
         except ValueError as e:
             raise bad_request(f"{prompt_param}: {e}", param=prompt_param) from None
+
+    def limit(self, n: int | None, n_prompt: int, param: str, prompt_param: str) -> int:
+        """A request's token limit (params.max_tokens, serve's -n by default)."""
+        return max_tokens(n, n_prompt, self.model.n_ctx, param, prompt_param, self.defaults.n_predict)
 
     def render(self, messages: list[dict], tools, tool_choice, effort: str | None, param: str,
                body: Fields, response_format=None, format_param: str = "response_format",
@@ -76,10 +83,12 @@ class Server:
         chat_template_kwargs', else medium)."""
         opts = self.template(body)
         budget = getattr(body, "reasoning_budget", None)
+        if budget is None:
+            budget = opts.budget if opts.budget is not None else self.defaults.reasoning_budget
         history, last = split_prefill(messages) if prefill else (messages, None)
         try:
             start = prefill_tokens(self.tok, last, f"the last of {param}") if last is not None else None
-            plan = plan_reply(self.tok, tools, tool_choice, response_format, opts.budget if budget is None else budget,
+            plan = plan_reply(self.tok, tools, tool_choice, response_format, budget,
                               body.grammar, body.json_schema, self.harmony, format_param, object_arguments, start)
         except ChatError as e:
             raise chat_error(e, param) from None
@@ -136,15 +145,17 @@ class Server:
 
 def create_app(model, *, model_name: str, api_key: str | None = None, max_batch: int | None = None,
                replica: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
-               body_timeout: float = BODY_IDLE_SECONDS, chat_template_kwargs: dict | None = None) -> FastAPI:
+               body_timeout: float = BODY_IDLE_SECONDS, chat_template_kwargs: dict | None = None,
+               defaults: RequestDefaults | None = None) -> FastAPI:
     """The FastAPI application serving `model` under the id `model_name`;
     with api_key, /v1/ wants 'Authorization: Bearer <api_key>'. Every
     response carries X-Goosedump-Replica: `replica` (default: this host and
     process), the same app whether alone or one of Ray Serve's replicas.
     A request body over max_body_bytes is refused with a 413, one that
     stops arriving for body_timeout seconds with a 408. chat_template_kwargs:
-    defaults for every request's (llama.cpp's --chat-template-kwargs)."""
-    server = Server(model, model_name, max_batch, chat_template_kwargs)
+    defaults for every request's (llama.cpp's --chat-template-kwargs);
+    defaults: what a request leaves unsaid (serve's --temp, -n, ...)."""
+    server = Server(model, model_name, max_batch, chat_template_kwargs, defaults)
     replica = replica or f"{os.uname().nodename}:{os.getpid()}"
 
     @contextlib.asynccontextmanager
@@ -224,7 +235,7 @@ def serve(args: argparse.Namespace, model) -> int:
     name = args.model_name or os.path.basename(model.path).removesuffix(".gguf")
     app = create_app(model, model_name=name, api_key=args.api_key, max_batch=args.max_batch,
                      max_body_bytes=args.max_body_size, body_timeout=args.body_timeout,
-                     chat_template_kwargs=args.chat_template_kwargs)
+                     chat_template_kwargs=args.chat_template_kwargs, defaults=args.request_defaults)
     print(f"goosedump serve: {name} on http://{args.host}:{args.port}/v1 (context {model.n_ctx} tokens"
           f"{', API key required' if args.api_key else ''}; ollama's API and Anthropic's /v1/messages at "
           f"http://{args.host}:{args.port})", file=sys.stderr, flush=True)

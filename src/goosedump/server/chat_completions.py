@@ -13,7 +13,7 @@ from ..logprobs import ContentLogprobs
 from ..reply import ReplyEvent, ReplyStream
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import check_common, finish_reason, max_tokens, response_id, stop_strings, top_count, usage
+from .params import check_common, finish_reason, response_id, stop_strings, top_count, usage
 from .schemas import ChatBody
 from .sse import FINGERPRINT, Chunks, completion_stream
 
@@ -88,7 +88,7 @@ async def handle(server, body: ChatBody, request: Request):
     prompt, plan = render(server, body)
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    n = max_tokens(limit, len(prompt), server.model.n_ctx, param, "messages")
+    n = server.limit(limit, len(prompt), param, "messages")
     sub = server.submit(prompt, n, body, param, "messages", plan.gate(server.tok), n_top)
     reply = ReplyStream(server.tok, stops, plan.prefix)
     lps = None if n_top is None else ContentLogprobs(server.tok, sub.gen)

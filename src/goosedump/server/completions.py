@@ -13,7 +13,7 @@ from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import (check_common, check_text_fits, finish_reason, max_tokens, response_id, stop_strings, top_count,
+from .params import (check_common, check_text_fits, finish_reason, response_id, stop_strings, top_count,
                      usage)
 from .schemas import CompletionBody
 from .sse import FINGERPRINT, Chunks, completion_stream
@@ -37,7 +37,7 @@ async def handle(server, body: CompletionBody, request: Request):
     ids = server.tok.encode(prompt, allow_special=True) if isinstance(prompt, str) else list(prompt)
     if not ids:
         raise bad_request("The prompt is empty: nothing to continue from.", param="prompt")
-    n = max_tokens(body.max_tokens, len(ids), server.model.n_ctx, "max_tokens", "prompt")
+    n = server.limit(body.max_tokens, len(ids), "max_tokens", "prompt")
     try:
         constraint = raw_constraint(server.tok, body.grammar, body.json_schema)
     except PlanError as e:

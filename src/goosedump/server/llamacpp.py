@@ -19,7 +19,7 @@ from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import bad_request
 from .ollama_params import OFF, SAMPLING, read_options
-from .params import check_text_fits, max_tokens, sampling_params, token_ids
+from .params import check_text_fits, sampling_params, token_ids
 from .schemas import Fields, openapi_extra
 from .sse import sse, stream_error
 
@@ -81,7 +81,7 @@ async def handle(server, body: LlamaCompletionBody, request: Request):
             given[key] = 0
     kw, limit, stops = read_options({k: given[k] for k in OPTIONS if k in given}, prefix="", limit_key="n_predict")
     fields = Fields(**kw, logit_bias=bias(body.logit_bias))
-    sampling = sampling_params(fields)
+    sampling = sampling_params(fields, server.defaults.sampling)
     if not 0 <= body.n_probs <= MAX_TOP:
         raise bad_request(f"n_probs must be from 0 to {MAX_TOP}, got {body.n_probs}", param="n_probs")
     ids = prompt_ids(server, body.prompt)
@@ -89,7 +89,7 @@ async def handle(server, body: LlamaCompletionBody, request: Request):
         constraint = raw_constraint(server.tok, body.grammar, body.json_schema)
     except PlanError as e:
         raise bad_request(str(e), param=e.param) from None
-    n = max_tokens(limit, len(ids), server.model.n_ctx, "n_predict", "prompt")
+    n = server.limit(limit, len(ids), "n_predict", "prompt")
     sub = server.submit(ids, n, fields, "n_predict", "prompt", constraint, body.n_probs or None)
     out = Reply(server, body, sub, StopFilter(stops), ids, sampling, limit)
     if body.stream:

@@ -25,7 +25,7 @@ from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import APIError, bad_request
 from .ollama_params import OllamaChatBody, OllamaFields, OllamaGenerateBody, chat_messages, read_request
-from .params import check_text_fits, finish_reason, max_tokens, token_ids, utc_time
+from .params import check_text_fits, finish_reason, token_ids, utc_time
 
 NDJSON = "application/x-ndjson"
 NOT_HERE = ("pull", "push", "create", "copy", "delete", "embed", "embeddings")
@@ -227,7 +227,7 @@ async def reply(server, body: OllamaFields, request: Request, messages: list[dic
                                  "format", object_arguments=True, prefill=chat)
     if not chat and getattr(body, "context", None):
         prompt = token_ids(server.tok, body.context, "context") + prompt
-    n = max_tokens(req.limit, len(prompt), server.model.n_ctx, "options.num_predict", prompt_param)
+    n = server.limit(req.limit, len(prompt), "options.num_predict", prompt_param)
     sub = server.submit(prompt, n, req.fields, "options.num_predict", prompt_param, plan.gate(server.tok), req.n_top)
     reply = ReplyStream(server.tok, req.stops, plan.prefix)
     lps = None if req.n_top is None else ContentLogprobs(server.tok, sub.gen)
@@ -282,7 +282,7 @@ async def raw_reply(server, body: OllamaGenerateBody, request: Request):
         constraint = raw_constraint(server.tok, None, None if fmt is None else fmt.get("schema", {"type": "object"}))
     except PlanError as e:
         raise bad_request(str(e), param="format") from None
-    n = max_tokens(req.limit, len(ids), server.model.n_ctx, "options.num_predict", "prompt")
+    n = server.limit(req.limit, len(ids), "options.num_predict", "prompt")
     sub = server.submit(ids, n, req.fields, "options.num_predict", "prompt", constraint, req.n_top)
     stop = StopFilter(req.stops)
     unread = Unread(sub.gen)

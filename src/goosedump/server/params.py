@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..harmony import REASONING_EFFORTS
 from ..reply import new_id
@@ -19,16 +19,51 @@ from .schemas import Fields
 MAX_STOPS = 4                  # as OpenAI: up to 4 stop strings
 
 
-def sampling_params(b: Fields) -> SamplingParams:
+SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+            "seed")
+
+
+@dataclass
+class RequestDefaults:
+    """serve's defaults for what a request leaves unsaid (llama-server's
+    flags): sampling fields, the token limit, the reasoning budget."""
+    sampling: dict = field(default_factory=dict)
+    n_predict: int | None = None
+    reasoning_budget: int | None = None
+
+
+def request_defaults(args) -> RequestDefaults:
+    """serve's request defaults from its flags, checked before anything loads
+    (a ValueError names the flag; -1 means none, as llama-server reads it)."""
+    flags = {"temperature": "--temp", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p",
+             "repetition_penalty": "--repeat-penalty", "presence_penalty": "--presence-penalty",
+             "frequency_penalty": "--frequency-penalty", "seed": "--seed"}
+    kw = {f: getattr(args, f) for f in SAMPLING if getattr(args, f, None) is not None}
+    if kw.get("seed") == -1:
+        del kw["seed"]
+    try:
+        SamplingParams(**kw)
+    except SamplingError as e:              # its message starts with the field's name
+        name = str(e).split()[0]
+        raise ValueError(f"{flags.get(name, name)}: {e}") from None
+    n, budget = getattr(args, "n_predict", None), getattr(args, "reasoning_budget", None)
+    if n is not None and (n == 0 or n < -1):
+        raise ValueError(f"-n/--n-predict must be at least 1 (or -1: no limit), got {n}")
+    if budget is not None and budget < -1:
+        raise ValueError(f"--reasoning-budget must be 0 or more (or -1: no limit), got {budget}")
+    return RequestDefaults(kw, None if n == -1 else n, None if budget == -1 else budget)
+
+
+def sampling_params(b: Fields, defaults: dict | None = None) -> SamplingParams:
+    """A request's sampling; defaults (serve's) for the fields it does not
+    set (its seed -1: a random one, whatever serve's)."""
     bias = {}
     for k, v in (b.logit_bias or {}).items():
         try:
             bias[int(k)] = v
         except ValueError:
             raise bad_request(f"logit_bias keys must be token ids, got {k!r}", param="logit_bias") from None
-    fields = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-              "frequency_penalty", "seed")
-    kw = {f: getattr(b, f) for f in fields if getattr(b, f) is not None}
+    kw = {**(defaults or {}), **{f: getattr(b, f) for f in SAMPLING if getattr(b, f) is not None}}
     if kw.get("seed") == -1:           # llama.cpp's server: -1 asks for a random seed
         del kw["seed"]
     try:
@@ -72,11 +107,12 @@ def finish_reason(stop_reason: str, stopped: bool, tool_calls: bool = False) -> 
     return stop_reason
 
 
-def max_tokens(n: int | None, n_prompt: int, n_ctx: int, param: str, prompt_param: str) -> int:
-    """The token limit a request asks for (none: as much as the context
-    leaves, as OpenAI does)."""
+def max_tokens(n: int | None, n_prompt: int, n_ctx: int, param: str, prompt_param: str,
+               default: int | None = None) -> int:
+    """The token limit a request asks for (none: serve's default, at most as
+    much as the context leaves; without one all it leaves, as OpenAI does)."""
     if n is None:
-        n = n_ctx - n_prompt
+        n = n_ctx - n_prompt if default is None else min(default, n_ctx - n_prompt)
         if n < 1:
             raise bad_request(f"This model's context is {n_ctx} tokens and the prompt has {n_prompt}: "
                               "no room is left to answer. Shorten the prompt.",

@@ -51,7 +51,8 @@ def replica_spec(args: argparse.Namespace, model) -> dict:
             "api_key": args.api_key, "model_name": args.model_name,
             "prompt_cache": model.options.prompt_cache or "off", "prompt_cache_bytes": model.options.prompt_cache_bytes,
             "max_body_bytes": args.max_body_size, "body_timeout": args.body_timeout,
-            "chat_template_kwargs": args.chat_template_kwargs}
+            "chat_template_kwargs": args.chat_template_kwargs,
+            "defaults": dataclasses.asdict(args.request_defaults)}
 
 
 def build_replica_app(spec: dict):
@@ -62,6 +63,7 @@ def build_replica_app(spec: dict):
     from ..model import load
     from ..options import Options
     from .app import create_app
+    from .params import RequestDefaults
     ctx = serve.get_replica_context()
     replica = getattr(ctx.replica_id, "unique_id", None) or str(ctx.replica_id)
     options = dataclasses.replace(
@@ -73,7 +75,7 @@ def build_replica_app(spec: dict):
     name = spec["model_name"] or os.path.basename(model.path).removesuffix(".gguf")
     app = create_app(model, model_name=name, api_key=spec["api_key"], max_batch=spec["max_batch"],
                      max_body_bytes=spec["max_body_bytes"], body_timeout=spec["body_timeout"],
-                     chat_template_kwargs=spec["chat_template_kwargs"],
+                     chat_template_kwargs=spec["chat_template_kwargs"], defaults=RequestDefaults(**spec["defaults"]),
                      replica=f"{replica}@{os.uname().nodename}:{os.getpid()}")
     _LIVE["server"] = app.state.server
     return app

@@ -14,7 +14,7 @@ from ..logprobs import ContentLogprobs
 from ..reply import Item, ReplyStream
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import check_common, finish_reason, max_tokens, response_id, stop_strings, top_count
+from .params import check_common, finish_reason, response_id, stop_strings, top_count
 from .schemas import ResponsesBody
 
 
@@ -245,7 +245,7 @@ async def handle(server, body: ResponsesBody, request: Request):
         raise bad_request("previous_response_id is not supported: this server keeps no state; send the "
                           "whole conversation in 'input'", param="previous_response_id")
     prompt, plan, effort = render(server, body)
-    n = max_tokens(body.max_output_tokens, len(prompt), server.model.n_ctx, "max_output_tokens", "input")
+    n = server.limit(body.max_output_tokens, len(prompt), "max_output_tokens", "input")
     n_top = logprobs_asked(body)
     sub = server.submit(prompt, n, body, "max_output_tokens", "input", plan.gate(server.tok), n_top)
     lps = None if n_top is None else ContentLogprobs(server.tok, sub.gen)

@@ -78,11 +78,13 @@ def register(app: FastAPI, server, read) -> None:
 
     @app.get("/props", responses=ERROR_RESPONSES)
     async def props():
-        d = SamplingParams()
-        params = {"n_predict": -1, "seed": -1, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
+        defaults = server.defaults          # serve's request defaults (--temp, -n, ...)
+        d = SamplingParams(**defaults.sampling)
+        n = -1 if defaults.n_predict is None else defaults.n_predict
+        params = {"n_predict": n, "seed": defaults.sampling.get("seed", -1), "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
                   "min_p": d.min_p, "repeat_last_n": -1, "repeat_penalty": d.repetition_penalty,
                   "presence_penalty": d.presence_penalty, "frequency_penalty": d.frequency_penalty, "stop": [],
-                  "max_tokens": -1, "stream": False, "n_probs": 0, "grammar": "",
+                  "max_tokens": n, "stream": False, "n_probs": 0, "grammar": "",
                   "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"]}
         return {"default_generation_settings": {"n_ctx": model.n_ctx, "params": params},
                 "total_slots": server.engine.max_batch, "model_path": model.path,

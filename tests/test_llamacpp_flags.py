@@ -1,0 +1,163 @@
+"""Commands copied from llama.cpp's documentation run unchanged, each through
+the installed `goosedump` command: llama-server's, with its request
+defaults (--temp, -n, ...) applied to requests that leave them unsaid and
+-c 0 the model's own context (gguf-py's reading of the file); llama-cli's
+and llama-bench's; the flags goosedump ignores named in one note, and what
+it cannot do as llama.cpp means refused by name."""
+import json
+import subprocess
+import time
+
+import gguf
+import pytest
+
+from goosedump.sampling import SamplingParams
+
+from test_cli_habits import GOOSEDUMP, cli, fail, free_port, ids_of
+from test_server import httpx
+
+SERVER_COMMAND = ["-c", "0", "-fa", "on", "--jinja", "-ngl", "99", "-ub", "2048", "-b", "2048", "-np", "2",
+                  "--temp", "0", "-n", "6", "--top-k", "0", "--mlock", "--no-mmap", "-cb", "--metrics",
+                  "--reasoning-format", "auto", "-ctk", "q8_0"]
+
+
+def start(args, log, env=None):
+    port = free_port()
+    proc = subprocess.Popen([GOOSEDUMP, "serve", *args, "--port", str(port), "--no-prompt-cache",
+                             "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(base + "/health", timeout=1).status_code in (200, 401):
+                return proc, base
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "the server did not answer"
+        time.sleep(0.2)
+
+
+def chat(base, key=None, **fields):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(base + "/v1/chat/completions", headers=headers, timeout=120,
+                      json={"messages": [{"role": "user", "content": "Name a colour."}], **fields})
+
+
+def test_a_copied_llama_server_command_serves_with_its_defaults(tiny_path, tmp_path):
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc, base = start(["-m", tiny_path, *SERVER_COMMAND], out)
+    try:
+        plain = chat(base).json()
+        explicit = chat(base, temperature=0, max_tokens=6).json()
+        assert plain["usage"]["completion_tokens"] == 6
+        assert plain["choices"][0]["message"] == explicit["choices"][0]["message"]
+        # a request's own fields win over the defaults
+        assert chat(base, max_tokens=2).json()["usage"]["completion_tokens"] == 2
+        hot = [chat(base, temperature=1.5, seed=s, max_tokens=6).json()["choices"][0]["message"]["content"]
+               for s in (1, 2, 3)]
+        assert len(set(hot)) > 1
+        props = httpx.get(base + "/props", timeout=10).json()
+        context = gguf.GGUFReader(tiny_path).get_field("gpt-oss.context_length").contents()
+        assert props["default_generation_settings"]["n_ctx"] == context
+        params = props["default_generation_settings"]["params"]
+        assert (params["temperature"], params["n_predict"], params["top_k"], params["seed"]) == (0, 6, 0, -1)
+        assert props["total_slots"] == 2                                   # -np 2
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    said = log.read_text()
+    note = next(line for line in said.splitlines() if line.startswith("goosedump: ignoring llama.cpp's"))
+    for flag in ("--flash-attn on", "--jinja", "-ngl 99", "-ub 2048", "-b 2048", "--mlock", "--no-mmap", "-cb",
+                 "--metrics", "-ctk q8_0"):
+        assert flag in note, note
+    assert "--temp" not in note and "-np" not in note and "Traceback" not in said
+    assert f"context {context} tokens" in said
+
+
+def test_llama_cli_flags_give_the_same_run(tiny_path):
+    base = ["-p", "Tell me a story", "-n", "8", "--temp", "0", "-c", "512", "--json"]
+    ours = cli("run", tiny_path, "--system", "Be brief.", *base)
+    theirs = cli("run", "-m", tiny_path, "-sys", "Be brief.", "-ngl", "99", "-fa", "on", "-b", "512", "-ub", "512",
+                 "--mlock", "-no-cnv", "--jinja", *base)
+    assert ids_of(theirs) == ids_of(ours)
+    assert json.loads(theirs.stdout)["prompt_token_ids"] == json.loads(ours.stdout)["prompt_token_ids"]
+    assert "ignoring llama.cpp's -ngl 99" in theirs.stderr and "-no-cnv" in theirs.stderr
+    assert "ignoring" not in ours.stderr
+    # a bare -fa (old llama.cpp) does not take the prompt's first word
+    bare = cli("run", tiny_path, "-fa", "Tell", "me", "a", "story", *base[2:])
+    words = cli("run", tiny_path, "Tell", "me", "a", "story", *base[2:])
+    assert json.loads(bare.stdout)["prompt_token_ids"] == json.loads(words.stdout)["prompt_token_ids"]
+
+
+def test_c_0_is_the_models_context(tiny_path, tmp_path):
+    """A prompt longer than the default context (4096) runs with -c 0, as in
+    llama.cpp, and is refused without it."""
+    context = int(gguf.GGUFReader(tiny_path).get_field("gpt-oss.context_length").contents())
+    assert context > 6000
+    prompt = tmp_path / "long.txt"
+    prompt.write_text("the " * 5000)
+    fail(cli("run", tiny_path, "-f", str(prompt), "-n", "1", "--raw"), "context")
+    out = cli("run", tiny_path, "-c", "0", "-f", str(prompt), "-n", "1", "--raw", "--json", "--no-prompt-cache")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["prompt_tokens"] >= 5000
+
+
+def test_llama_bench_flags_are_taken(tiny_path):
+    out = cli("bench", tiny_path, "-ngl", "99", "-fa", "1", "-mmp", "0", "-p", "8", "-n", "2", "-r", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["results"]
+    assert (row["prompt_tokens"], row["gen_tokens"]) == (8, 2) and row["decode_tokens_per_s"] > 0
+    assert "ignoring llama.cpp's -ngl 99, --flash-attn 1" in out.stderr and "-mmp 0" in out.stderr
+
+
+def test_api_key_file(tiny_path, tmp_path):
+    key = tmp_path / "key.txt"
+    key.write_text("s3cret-key\n")
+    with open(tmp_path / "serve.log", "w") as out:
+        proc, base = start([tiny_path, "--api-key-file", str(key)], out)
+    try:
+        assert chat(base, max_tokens=1).status_code == 401
+        assert chat(base, key="s3cret-key", max_tokens=1).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    fail(cli("serve", tiny_path, "--api-key-file", str(empty)), "--api-key-file", "first line is empty")
+    fail(cli("serve", tiny_path, "--api-key-file", str(tmp_path / "none")), "--api-key-file", "No such file")
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["run", "-p", "x", "--reasoning-format", "none"], ["--reasoning-format none", "not supported"]),
+    (["run", "-p", "x", "--chat-template", "chatml"], ["--chat-template chatml", "harmony"]),
+    (["serve", "--chat-template-file", "t.jinja"], ["--chat-template t.jinja"]),
+    (["serve", "--temp", "-1"], ["--temp", "temperature"]),
+    (["serve", "--top-p", "0"], ["--top-p"]),
+    (["serve", "-n", "0"], ["-n/--n-predict", "got 0"]),
+    (["serve", "--reasoning-budget", "-2"], ["--reasoning-budget", "got -2"]),
+    (["serve", "--seed", "-5"], ["--seed"]),
+    (["run", "-p", "x", "-hff", "a.gguf"], ["-hff/--hf-file a.gguf", "needs -hf REPO"]),
+])
+def test_what_cannot_be_done_as_llama_cpp_means_is_refused(tiny_path, args, needles):
+    err = fail(cli(args[0], tiny_path, *args[1:]), *needles)
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_serve_reasoning_budget_and_seed_defaults(tiny_path, tiny_model, tmp_path):
+    with open(tmp_path / "serve.log", "w") as out:
+        proc, base = start([tiny_path, "--reasoning-budget", "0", "--seed", "7", "--temp", "1"], out)
+    try:
+        r = chat(base, max_tokens=6).json()
+        content = r["choices"][0]["message"]["content"]
+        assert "reasoning_content" not in r["choices"][0]["message"]
+        assert chat(base, max_tokens=6).json()["choices"][0]["message"]["content"] == content   # serve's seed
+        assert chat(base, max_tokens=6, seed=7, reasoning_budget=0).json()["choices"][0]["message"]["content"] == \
+            content
+        assert chat(base, max_tokens=6, seed=8).json()["choices"][0]["message"]["content"] != content
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    ref = tiny_model.chat([{"role": "user", "content": "Name a colour."}], 6, reasoning_budget=0,
+                          sampling=SamplingParams(temperature=1.0, seed=7))
+    assert ref.reply.content == content
