@@ -226,3 +226,31 @@ def test_prefill_whole_equals_prefill_then_decode(pair):
     # Same kernels, same cache; only the grouping of tokens differs, and each
     # token's sums are formed in the same order alone or in a batch: equal bits.
     np.testing.assert_array_equal(decoded, whole[split - 1:])
+
+
+def test_prompt_logprobs_are_the_models_distribution(pair):
+    """A prompt's scores (prompt_logprobs: how an evaluation harness scores a
+    text) are the log-softmax of the logits at each position, of the
+    reference's within the same bound as a generated token's, and the same
+    bits as the generated tokens' when a generation's own text is scored."""
+    hf, model, prompt = pair
+    n_top = 3
+    r = model.generate(prompt, max_tokens=1, prompt_logprobs=n_top)
+    assert [lp.token for lp in r.prompt_logprobs] == prompt[1:]
+    ours = np.array([lp.logprob for lp in r.prompt_logprobs])
+    at = np.arange(len(prompt) - 1)
+    with fp16_kv_cache(hf):
+        ref = hf_logits(hf, prompt)[at]
+    ref[:, model.tokenizer.unused_ids] = -np.inf
+    bound = 8e-4 * np.abs(ref[np.isfinite(ref)]).max()
+    ref = log_softmax(ref)
+    finite = np.isfinite(ref[at, prompt[1:]])          # a random prompt may hold UNUSED ids: -inf both
+    assert np.abs(ours[finite] - ref[at, prompt[1:]][finite]).max() < bound
+    assert (ours[~finite] == -np.inf).all()
+    for k, lp in enumerate(r.prompt_logprobs):
+        ids = [i for i, _ in lp.top]
+        assert len(ids) == n_top
+        np.testing.assert_array_less(np.abs(np.array([v for _, v in lp.top]) - ref[k, ids]), bound)
+    gen = model.generate(prompt, max_tokens=8, logprobs=n_top)
+    scored = model.generate(prompt + gen.token_ids, max_tokens=1, prompt_logprobs=n_top).prompt_logprobs
+    assert scored[len(prompt) - 1:] == gen.logprobs

@@ -33,7 +33,8 @@ SERVE_SUMMARY = """endpoints (OpenAI's shapes and errors):
                                   stream_options, max_tokens / max_completion_tokens, temperature, top_p,
                                   top_k, min_p, seed, stop, logit_bias, presence/frequency/repetition_penalty;
                                   llama.cpp's grammar and json_schema; reasoning_budget
-  POST /v1/completions            prompt (text or token ids), the same sampling fields, grammar, json_schema
+  POST /v1/completions            prompt (text or token ids), the same sampling fields, grammar, json_schema,
+                                  echo with logprobs (the prompt's tokens scored, as evaluation harnesses ask)
   POST /v1/responses              input, instructions, tools, text.format, reasoning.effort,
                                   max_output_tokens, stream
   POST /v1/responses/input_tokens, /v1/chat/completions/input_tokens   the prompt's tokens, counted

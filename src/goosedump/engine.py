@@ -60,20 +60,21 @@ class Engine:
         return self._queue.qsize()
 
     def submit(self, prompt: list[int], max_tokens: int, sampling=None, time_budget: float | None = None,
-               on_event=None, profile: bool = False, constraint=None, logprobs: int | None = None) -> Generation:
+               on_event=None, profile: bool = False, constraint=None, logprobs: int | None = None,
+               prompt_logprobs: int | None = None) -> Generation:
         """Queue a generation. Bad input (an empty prompt, one that does not
         fit the context, token ids or a logit bias outside the vocabulary)
         raises here, before anything is queued. on_event(generation, event) is
         called on the worker thread with each (token, piece), then with None
         once the generation is over; without it, events() gives them.
         constraint: goosedump.structured's mask of the tokens allowed next
-        (a Gate or Free), this generation's own. logprobs: see
-        Model.generate_stream."""
+        (a Gate or Free), this generation's own. logprobs, prompt_logprobs:
+        see Model.generate_stream."""
         if self._closed:
             raise RuntimeError("the engine is closed")
         gen = self.model.stepper.new(prompt, max_tokens, sampling, profile=profile, time_budget=time_budget,
                                      on_event=on_event, before_end=self._ended, constraint=constraint,
-                                     keep_whole_prompt=False, logprobs=logprobs)
+                                     keep_whole_prompt=False, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
         with self._lock:
             self._next_id += 1
             gen.id = self._next_id

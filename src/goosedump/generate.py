@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .kvcache import KVCache
-from .logprobs import Pending, check_logprobs
+from .logprobs import Pending, check_logprobs, prompt_logprobs
 from .probe import NO_PROBE, Rows
 from .profiling import Recorder
 from .result import (STOP_CANCELLED, STOP_EOS, STOP_MAX_TOKENS, STOP_REPETITION, STOP_TIME_BUDGET,
@@ -73,11 +73,14 @@ class Generation:
                  time_budget: float | None = None, ignore_eos: bool = False, reuse_cache: bool = True,
                  recorder: Recorder | None = None, on_event: Callable[["Generation", Event | None], None] | None = None,
                  before_end: Callable[["Generation"], None] | None = None, id: int = 0, constraint=None,
-                 keep_whole_prompt: bool = True, logprobs: int | None = None):
+                 keep_whole_prompt: bool = True, logprobs: int | None = None, prompt_logprobs: int | None = None):
         self.prompt, self.max_tokens, self.sampling = prompt, max_tokens, sampling
         # with logprobs (alternatives per token, 0: none): token_logprobs holds
         # each generated token's (goosedump.logprobs), set before its event
         self.logprobs, self.token_logprobs, self.pending = logprobs, [], None
+        # with prompt_logprobs: the prompt's tokens' from its second on, set
+        # by the prefill (which then computes the whole prompt: no cache reuse)
+        self.prompt_logprobs, self.prompt_token_logprobs = prompt_logprobs, None
         self.time_budget, self.ignore_eos, self.reuse_cache = time_budget, ignore_eos, reuse_cache
         self.recorder = recorder
         self.probe = recorder or NO_PROBE
@@ -196,6 +199,7 @@ class Stepper:
         sampling = sampling or GREEDY
         sampling.check_vocab(c.n_vocab)
         check_logprobs(kw.get("logprobs"))
+        check_logprobs(kw.get("prompt_logprobs"))
         recorder = Recorder(c, self.store, profile, record_routing) if profile or record_routing else None
         return Generation(ids, max_tokens, sampling, recorder=recorder, **kw)
 
@@ -235,14 +239,22 @@ class Stepper:
         # A new turn of a conversation: keep the cached positions of the prefix
         # this prompt shares with what the cache holds (at least one token is
         # always run, for its logits).
-        keep = self.prompt_cache if gen.reuse_cache else None
+        # Scoring the prompt needs every position's output: nothing is reused.
+        scoring = gen.prompt_logprobs is not None
+        reuse = gen.reuse_cache and not scoring
+        keep = self.prompt_cache if reuse else None
         if keep is not None:
             keep.restore(gen.prompt, cache)      # a prefix kept on disk, where it beats this cache
-        gen.cached = cache.reuse(gen.prompt) if gen.reuse_cache else cache.truncate(0)
+        gen.cached = cache.reuse(gen.prompt) if reuse else cache.truncate(0)
         if gen.recorder is not None:
             gen.recorder.phase("prefill")
         mark = self._mark(gen) if keep is not None else None
-        x = self.tr.forward(gen.prompt_arr[gen.cached:], cache, gen.probe, last_only=True, mark=mark)
+        x = self.tr.forward(gen.prompt_arr[gen.cached:], cache, gen.probe, last_only=not scoring, mark=mark)
+        if scoring:
+            with gen.probe.timer("output_head"):
+                gen.prompt_token_logprobs = prompt_logprobs(self.tr.head.logits, x, gen.prompt,
+                                                            gen.prompt_logprobs, self.tok.unused_ids)
+            x = x[-1:]
         token = self.pick([gen], x, gen.probe)[0]
         cache.save_window()                # lets the next turn rewind to this prompt's end
         gen.keep = keep is not None
@@ -390,4 +402,5 @@ class Stepper:
             stop_reason=stop, prefill_seconds=gen.t_prefill - gen.started, decode_seconds=t_end - gen.t_prefill,
             decode_steps=gen.steps, eos_token_id=eos, profile=report, expert_cache=cache_stats,
             cached_tokens=gen.cached, routing=rec.trace() if rec is not None else None,
-            logprobs=gen.token_logprobs if gen.logprobs is not None else None))
+            logprobs=gen.token_logprobs if gen.logprobs is not None else None,
+            prompt_logprobs=gen.prompt_token_logprobs))

@@ -45,14 +45,38 @@ class Pending:
         self.n_top = n_top
 
     def of(self, token: int) -> TokenLogprob:
-        row, lse, k = self.row, self.lse, self.n_top
-        top: tuple = ()
-        if k > 0:
-            k = min(k, int(np.count_nonzero(np.isfinite(row))))
-            ids = np.argpartition(-row, k - 1)[:k] if k < len(row) else np.arange(len(row))
-            ids = sorted((int(i) for i in ids), key=lambda i: (-row[i], i))
-            top = tuple((i, float(row[i]) - lse) for i in ids)
-        return TokenLogprob(token, float(row[token]) - lse, top)
+        return token_logprob(self.row, self.lse, token, self.n_top)
+
+
+def token_logprob(row: np.ndarray, lse: float, token: int, k: int) -> TokenLogprob:
+    """token's log-probability in a logits row (lse: its log_normaliser) and
+    the k most likely tokens', ties by id."""
+    top: tuple = ()
+    if k > 0:
+        k = min(k, int(np.count_nonzero(np.isfinite(row))))
+        ids = np.argpartition(-row, k - 1)[:k] if k < len(row) else np.arange(len(row))
+        ids = sorted((int(i) for i in ids), key=lambda i: (-row[i], i))
+        top = tuple((i, float(row[i]) - lse) for i in ids)
+    return TokenLogprob(token, float(row[token]) - lse, top)
+
+
+# A prompt's rows go through the output head this many at a time (each row
+# is the vocabulary's logits: 0.8 MB for gpt-oss).
+SCORE_ROWS = 64
+
+
+def prompt_logprobs(logits, x: np.ndarray, prompt, k: int, unused) -> list[TokenLogprob]:
+    """Each prompt token's log-probability given the tokens before it, from
+    the first's successor on (the first has none), as a generated token's:
+    x [T, D] the last layer's outputs at the prompt's positions, logits the
+    output head ([n, D] -> [n, V])."""
+    out = []
+    for a in range(0, len(prompt) - 1, SCORE_ROWS):
+        rows = logits(x[a:min(a + SCORE_ROWS, len(prompt) - 1)])
+        rows[:, unused] = -np.inf
+        for j, row in enumerate(rows):
+            out.append(token_logprob(row, log_normaliser(row), int(prompt[a + j + 1]), k))
+    return out
 
 
 def entry(tok, token: int, logprob: float) -> dict:
@@ -112,13 +136,14 @@ class ContentLogprobs:
 
 class TextLogprobs:
     """A raw completion's tokens with their log-probabilities and where each
-    one's text starts in the completion (its characters so far)."""
+    one's text starts in the completion (its characters so far, from start:
+    the echoed prompt's length)."""
 
-    def __init__(self, tok, gen):
+    def __init__(self, tok, gen, start: int = 0):
         self.tok, self.gen = tok, gen
         self.lps: list[TokenLogprob] = []
         self.offsets: list[int] = []
-        self.chars = 0
+        self.chars = start
         self.taken = 0
 
     def add(self, piece: str) -> None:

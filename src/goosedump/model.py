@@ -138,7 +138,7 @@ class Model:
                         sampling: SamplingParams | None = None, reuse_cache: bool = True,
                         ignore_eos: bool = False, record_routing: bool = False, grammar: str | None = None,
                         json_schema: dict | str | None = None, constraint=None,
-                        logprobs: int | None = None) -> Generation:
+                        logprobs: int | None = None, prompt_logprobs: int | None = None) -> Generation:
         """Generation as an iterator of text pieces (each whole code points;
         `.events()` for (token id, piece) pairs); its `.result` is the
         GenerationResult once exhausted. sampling: None for greedy.
@@ -151,7 +151,10 @@ class Model:
         -> bool [n_vocab], advance(token)). logprobs: the result's `logprobs`
         (and the generation's `token_logprobs` as it goes) give each generated
         token's log-probability and this many most likely alternatives
-        (goosedump.logprobs; 0: none)."""
+        (goosedump.logprobs; 0: none). prompt_logprobs: the result's
+        `prompt_logprobs` give the same of each prompt token after the first
+        (given the tokens before it; the whole prompt is then computed, no
+        cached prefix reused)."""
         if isinstance(prompt, str):
             # Raw text prompts may spell special tokens ("<|start|>..."), as in llama.cpp.
             prompt = self.tokenizer.encode(prompt, allow_special=True)
@@ -162,7 +165,7 @@ class Model:
             constraint = raw_constraint(self.tokenizer, grammar, json_schema)
         gen = self.stepper.new(prompt, max_tokens, sampling, profile=profile, record_routing=record_routing,
                                time_budget=time_budget, reuse_cache=reuse_cache, ignore_eos=ignore_eos,
-                               constraint=constraint, logprobs=logprobs)
+                               constraint=constraint, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
         if self._cache is None:
             self._cache = self.new_cache()
         return self.stepper.drive(gen, self._cache)
@@ -172,14 +175,14 @@ class Model:
                  sampling: SamplingParams | None = None, reuse_cache: bool = True,
                  ignore_eos: bool = False, record_routing: bool = False, grammar: str | None = None,
                  json_schema: dict | str | None = None, constraint=None,
-                 logprobs: int | None = None) -> GenerationResult:
+                 logprobs: int | None = None, prompt_logprobs: int | None = None) -> GenerationResult:
         """Generation from text (a raw completion) or token ids; greedy unless
         sampling says otherwise. Stops on an end-of-generation token,
         max_tokens, a repetition loop or the time budget (seconds).
         profile=True fills result.profile with where time, memory and
         routing went."""
         gen = self.generate_stream(prompt, max_tokens, time_budget, profile, sampling, reuse_cache, ignore_eos,
-                                   record_routing, grammar, json_schema, constraint, logprobs)
+                                   record_routing, grammar, json_schema, constraint, logprobs, prompt_logprobs)
         for piece in gen:
             if on_text is not None:
                 on_text(piece)

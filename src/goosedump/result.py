@@ -70,6 +70,7 @@ class GenerationResult:
     cached_tokens: int = 0            # prompt tokens whose KV cache was reused, not recomputed
     routing: list | None = None       # with record_routing (or profile): (position, layer, experts) rows
     logprobs: list | None = None      # with logprobs: a goosedump.logprobs.TokenLogprob per generated token
+    prompt_logprobs: list | None = None   # with prompt_logprobs: one per prompt token after the first
 
     @property
     def prompt_tokens(self) -> int:
@@ -103,7 +104,7 @@ class GenerationResult:
             d["profile"] = self.profile
         if self.expert_cache is not None:
             d["expert_cache"] = self.expert_cache
-        if self.logprobs is not None:
-            d["logprobs"] = [{"token": lp.token, "logprob": lp.logprob, "top": [list(t) for t in lp.top]}
-                             for lp in self.logprobs]
+        for key, lps in (("logprobs", self.logprobs), ("prompt_logprobs", self.prompt_logprobs)):
+            if lps is not None:
+                d[key] = [{"token": lp.token, "logprob": lp.logprob, "top": [list(t) for t in lp.top]} for lp in lps]
         return d

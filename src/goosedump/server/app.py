@@ -56,11 +56,10 @@ class Server:
                            param="model", code="model_not_found")
 
     def submit(self, prompt: list[int], max_tokens: int, body: Fields, param: str, prompt_param: str,
-               constraint=None, logprobs: int | None = None) -> Submitted:
+               constraint=None, logprobs: int | None = None, prompt_logprobs: int | None = None) -> Submitted:
         try:
             return Submitted(self.engine, prompt, max_tokens, sampling_params(body, self.defaults.sampling),
-                             body.time_budget,
-                             self.metrics, self.live, constraint, logprobs)
+                             body.time_budget, self.metrics, self.live, constraint, logprobs, prompt_logprobs)
         except ContextOverflowError as e:
             raise context_error(e, param, prompt_param) from None
         except SamplingError as e:

@@ -27,7 +27,8 @@ class Submitted:
     """A generation submitted from the event loop, its events queued on the loop."""
 
     def __init__(self, engine, prompt: list[int], max_tokens: int, sampling, time_budget: float | None,
-                 metrics: Metrics, live: dict, constraint=None, logprobs: int | None = None):
+                 metrics: Metrics, live: dict, constraint=None, logprobs: int | None = None,
+                 prompt_logprobs: int | None = None):
         loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
 
@@ -43,7 +44,7 @@ class Submitted:
                 pass
 
         self.gen = engine.submit(prompt, max_tokens, sampling, time_budget=time_budget, on_event=on_event,
-                                 constraint=constraint, logprobs=logprobs)
+                                 constraint=constraint, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
         live[self.gen.id] = self.gen
 
     async def _events(self, request: Request | None) -> AsyncIterator[tuple]:

@@ -1,20 +1,23 @@
 """POST /v1/completions: raw text continuation (no chat format), whole or
-streamed, cut at a stop string."""
+streamed, cut at a stop string; with echo the prompt comes first, with
+logprobs its tokens' log-probabilities too (how evaluation harnesses score
+a text: lm-evaluation-harness's loglikelihood requests)."""
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import AsyncIterator
 
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..logprobs import TextLogprobs
+from ..logprobs import TextLogprobs, completion_logprobs
 from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted
 from .errors import bad_request
-from .params import (check_common, check_text_fits, finish_reason, response_id, stop_strings, top_count,
-                     usage)
+from .params import (check_common, check_text_fits, finish_reason, response_id, stop_strings, token_ids,
+                     top_count, usage)
 from .schemas import CompletionBody
 from .sse import FINGERPRINT, Chunks, completion_stream
 
@@ -22,19 +25,20 @@ from .sse import FINGERPRINT, Chunks, completion_stream
 async def handle(server, body: CompletionBody, request: Request):
     server.check_model(body.model)
     check_common(body)
-    for field, bad in (("echo", body.echo), ("suffix", body.suffix), ("best_of", body.best_of not in (None, 1))):
+    for field, bad in (("suffix", body.suffix), ("best_of", body.best_of not in (None, 1))):
         if bad:
             raise bad_request(f"{field} is not supported", param=field)
     top_count(body.logprobs, "logprobs")
     prompt = body.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
         if len(prompt) != 1:
             raise bad_request("a batch of prompts is not supported: send one prompt per request", param="prompt")
         prompt = prompt[0]
     # Raw text may spell special tokens ("<|start|>"), as llama.cpp reads it.
     if isinstance(prompt, str):
         check_text_fits(len(prompt), server.tok, server.model.n_ctx, "prompt")
-    ids = server.tok.encode(prompt, allow_special=True) if isinstance(prompt, str) else list(prompt)
+    ids = server.tok.encode(prompt, allow_special=True) if isinstance(prompt, str) else \
+        token_ids(server.tok, prompt, "prompt")
     if not ids:
         raise bad_request("The prompt is empty: nothing to continue from.", param="prompt")
     n = server.limit(body.max_tokens, len(ids), "max_tokens", "prompt")
@@ -42,26 +46,61 @@ async def handle(server, body: CompletionBody, request: Request):
         constraint = raw_constraint(server.tok, body.grammar, body.json_schema)
     except PlanError as e:
         raise bad_request(str(e), param=e.param) from None
-    sub = server.submit(ids, n, body, "max_tokens", "prompt", constraint, body.logprobs)
+    echo = Echo(server.tok, ids) if body.echo else None
+    scored = body.logprobs if echo is not None else None
+    sub = server.submit(ids, n, body, "max_tokens", "prompt", constraint, body.logprobs, scored)
     stop = StopFilter(stop_strings(body.stop))
-    logs = None if body.logprobs is None else TextLogprobs(server.tok, sub.gen)
+    logs = None if body.logprobs is None else TextLogprobs(server.tok, sub.gen, echo.chars if echo else 0)
     rid, created = response_id("cmpl-")
     if body.stream:
         chunks = Chunks(rid, created, "text_completion", server.name, "text",
                         bool((body.stream_options or {}).get("include_usage")))
-        return EventStream(completion_stream(_stream(sub, stop, chunks, logs)), sub.gen)
-    text = []
+        return EventStream(completion_stream(_stream(sub, stop, chunks, logs, echo)), sub.gen)
+    text = [echo.text] if echo is not None else []
     async with text_pieces(sub, stop, logs, request) as pieces:
         async for piece in pieces:
             text.append(piece)
     r = sub.gen.result
     if r is None:
         return Response(status_code=499)
+    lps = None
+    if logs is not None:
+        lps = logs.all() if echo is None else joined(echo.logprobs(r.prompt_logprobs), logs.all())
     return {"id": rid, "object": "text_completion", "created": created, "model": server.name,
             "system_fingerprint": FINGERPRINT,
-            "choices": [{"index": 0, "text": "".join(text), "logprobs": logs.all() if logs is not None else None,
+            "choices": [{"index": 0, "text": "".join(text), "logprobs": lps,
                          "finish_reason": finish_reason(r.stop_reason, stop.hit)}],
             "usage": usage(r)}
+
+
+class Echo:
+    """The prompt as echo returns it: its text (as the tokens decode) and
+    where each token's text starts in it."""
+
+    def __init__(self, tok, ids: list[int]):
+        self.tok, self.ids = tok, ids
+        decoder, pieces, self.offsets = tok.stream_decoder(), [], []
+        for t in ids:
+            self.offsets.append(sum(map(len, pieces)))
+            pieces.append(decoder.add(t))
+        self.text = "".join(pieces) + decoder.flush()
+        self.chars = len(self.text)
+
+    def logprobs(self, lps: list | None) -> dict:
+        """The prompt's tokens in the legacy form: the first with none (nothing
+        comes before it), the rest as the generation scored them. A token the
+        model never writes (an UNUSED id) has probability 0: -9999 stands for
+        its -inf, which JSON cannot carry."""
+        out = completion_logprobs(self.tok, lps or [], self.offsets[1:])
+        first = self.tok.token_bytes(self.ids[0]).decode("utf-8", errors="replace")
+        return {"tokens": [first] + out["tokens"],
+                "token_logprobs": [None] + [v if math.isfinite(v) else -9999.0 for v in out["token_logprobs"]],
+                "top_logprobs": [None] + out["top_logprobs"], "text_offset": [0] + out["text_offset"]}
+
+
+def joined(a: dict, b: dict) -> dict:
+    """Two runs of legacy log-probabilities, one after the other."""
+    return {k: a[k] + b[k] for k in a}
 
 
 def text_pieces(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None, request: Request | None = None,
@@ -96,15 +135,27 @@ async def _cut(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None,
             yield tail
 
 
-async def _stream(sub: Submitted, stop: StopFilter, chunks: Chunks, logs: TextLogprobs | None) -> AsyncIterator[str]:
+async def _stream(sub: Submitted, stop: StopFilter, chunks: Chunks, logs: TextLogprobs | None,
+                  echo: Echo | None) -> AsyncIterator[str]:
     """The chunks; each carries the log-probabilities of the tokens taken
-    since the last one (text held back for a stop string comes later)."""
+    since the last one (text held back for a stop string comes later). With
+    echo the prompt comes first, in a chunk of its own once the prefill has
+    scored it."""
+    def echoed() -> str:
+        return chunks.choice(echo.text, logprobs=None if logs is None else echo.logprobs(sub.gen.prompt_token_logprobs))
+
+    said = echo is None
     async with text_pieces(sub, stop, logs) as pieces:
         async for piece in pieces:
+            if not said:
+                said = True
+                yield echoed()
             yield chunks.choice(piece, logprobs=logs.take() if logs is not None else None)
     r = sub.gen.result
     if r is None:
         return
+    if not said:
+        yield echoed()
     for s in chunks.ending("", finish_reason(r.stop_reason, stop.hit), usage(r),
                            logs.take() if logs is not None else None):
         yield s

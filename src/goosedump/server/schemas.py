@@ -50,7 +50,7 @@ class ChatBody(Fields):
 
 
 class CompletionBody(Fields):
-    prompt: Union[str, list[int], list[str]]
+    prompt: Union[str, list[int], list[str], list[list[int]]]
     max_tokens: Union[int, None] = 16          # OpenAI's default for this endpoint
     echo: Union[bool, None] = None
     suffix: Union[str, None] = None
