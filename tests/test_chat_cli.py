@@ -191,3 +191,50 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tiny_path):
         assert term.proc.wait(timeout=30) == 0
     finally:
         term.close()
+
+
+def test_ollamas_chat_commands(tiny_path, tmp_path):
+    """/set parameter, /set format json, \"\"\" messages, /show, /load, /clear,
+    /bye: what ollama users type, with the effects they expect (the greedy
+    answer equal to `run`'s for the same message)."""
+    term = Terminal([sys.executable, "-m", "goosedump", "chat", tiny_path, "--temperature", "1", "-n", "8",
+                     "--date", DATE])
+    saved, again = tmp_path / "conversation.json", tmp_path / "again.json"
+    try:
+        at = term.read_until(">>> ")
+        for command, said in [("/set parameter temperature 0", "set temperature to 0"),
+                              ("/set parameter num_predict 5", "set num_predict to 5"),
+                              ("/set parameter top_k x", "top_k takes a whole number, got 'x'"),
+                              ("/set parameter num_ctx 8192", "unknown parameter num_ctx"),
+                              ("/show parameters", "temperature 0.0"),
+                              ("/set system Be brief.", "system message: 'Be brief.'"),
+                              ("/show system", "Be brief.")]:
+            term.send(command + "\r")
+            at = term.read_until(said, start=at)
+        term.send('"""Hello\r')
+        term.send('there!"""\r')
+        at = term.read_until("[5 tokens", start=at)
+        term.send("/set format json\r")
+        at = term.read_until("answers are JSON objects", start=at)
+        term.send("Name a colour.\r")
+        at = term.read_until("stop:", start=at)
+        term.send(f"/save {saved}\r")
+        at = term.read_until("saved 5 messages", start=at)
+        term.send("/clear\r")
+        at = term.read_until("conversation cleared", start=at)
+        term.send(f"/load {saved}\r")
+        at = term.read_until("loaded 5 messages", start=at)
+        term.send(f"/save {again}\r")
+        at = term.read_until("saved 5 messages", start=at)
+        term.send("/bye\r")
+        assert term.proc.wait(timeout=30) == 0
+    finally:
+        term.close()
+    conv = json.loads(saved.read_text())
+    assert json.loads(again.read_text()) == conv
+    system, user, answer, _, json_answer = conv["messages"]
+    assert system == {"role": "system", "content": "Be brief."} and user["content"] == "Hello\nthere!"
+    out = run_cli("run", tiny_path, "-p", "Hello\nthere!", "--system", "Be brief.", "--temperature", "0", "-n", "5",
+                  "--date", DATE, "--json")
+    assert answer["content"] == json.loads(out.stdout)["reply"]["content"]
+    assert json_answer["content"].startswith("{")

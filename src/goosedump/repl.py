@@ -2,6 +2,7 @@
 printed by goosedump.terminal, as `run` prints it)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -14,9 +15,26 @@ HELP = """commands:
   /system TEXT              set the system message (/system alone clears it)
   /reset                    forget the conversation (the system message stays)
   /save FILE                write the conversation as JSON (OpenAI messages)
+  /load FILE                go on with a conversation /save wrote
   /reasoning on|off         show or hide the model's reasoning
   /help                     this list
-  /quit                     leave (or Ctrl-D); Ctrl-C stops the current answer"""
+  /quit                     leave (or Ctrl-D); Ctrl-C stops the current answer
+ollama's spellings:
+  /set parameter NAME VALUE temperature, top_p, top_k, min_p, seed, num_predict, repeat_penalty,
+                            presence_penalty, frequency_penalty
+  /set system TEXT          /system TEXT
+  /set think [low|medium|high], /set nothink   reason (at that effort), or answer at once
+  /set hidethinking, /set nohidethinking       /reasoning off, on
+  /set format json, /set noformat              the answer a JSON object, or free
+  /set verbose, /set quiet  timings after each answer, or not
+  /show info|parameters|system                 the model, the sampling, the system message
+  /clear                    /reset;  /bye  /quit;  /?  /help
+  \"\"\" ... \"\"\"               a message of several lines"""
+
+# ollama's parameter names -> SamplingParams' (num_predict is the token limit)
+PARAMETERS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
+              "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
+              "frequency_penalty": "frequency_penalty", "num_predict": None}
 
 
 class ChatSession:
@@ -28,6 +46,7 @@ class ChatSession:
         self.sampling, self.max_tokens, self.show_reasoning = sampling, max_tokens, show_reasoning
         self.out, self.err, self.profile, self.verbose = out, err, profile, verbose
         self.history: list[dict] = []
+        self.response_format: dict | None = None
 
     def messages(self) -> list[dict]:
         return ([{"role": "system", "content": self.system}] if self.system else []) + self.history
@@ -42,7 +61,8 @@ class ChatSession:
                 n = max(1, self.model.n_ctx - len(ids))
             stream = self.model.chat_stream(self.messages(), n, reasoning_effort=self.effort,
                                             date=self.date, sampling=self.sampling, profile=self.profile,
-                                            reasoning_budget=self.reasoning_budget)
+                                            reasoning_budget=self.reasoning_budget,
+                                            response_format=self.response_format)
         except (ChatError, ValueError) as e:   # e.g. the conversation outgrew the context
             self.history.pop()
             self.err.write(f"error: {e}\n")
@@ -72,10 +92,17 @@ class ChatSession:
         """A /command; False means leave."""
         name, _, arg = line[1:].partition(" ")
         arg = arg.strip()
-        if name in ("quit", "exit", "q"):
+        if name in ("quit", "exit", "q", "bye"):
             return False
+        name = {"clear": "reset", "?": "help"}.get(name, name)
         if name == "help":
             self.err.write(HELP + "\n")
+        elif name == "set":
+            self.set(arg)
+        elif name == "show":
+            self.show(arg)
+        elif name == "load":
+            self.load(arg)
         elif name == "effort":
             if arg not in ("low", "medium", "high"):
                 self.err.write(f"usage: /effort low|medium|high (now {self.effort})\n")
@@ -112,6 +139,125 @@ class ChatSession:
         return True
 
 
+    # -- ollama's /set, /show, and /load
+    def set(self, arg: str) -> None:
+        what, _, rest = arg.partition(" ")
+        rest = rest.strip()
+        if what == "parameter":
+            name_value = rest.split(None, 1)
+            if len(name_value) == 2:
+                self.set_parameter(*name_value)
+            else:
+                self.err.write("usage: /set parameter NAME VALUE\n")
+        elif what == "system":
+            self.command(f"/system {rest}")
+        elif what == "think" and rest in ("", "low", "medium", "high"):
+            self.reasoning_budget = None
+            if rest:
+                self.effort = rest
+            self.err.write(f"reasoning on (effort {self.effort})\n")
+        elif what == "nothink":
+            self.reasoning_budget = 0
+            self.err.write("reasoning off: the answer comes at once\n")
+        elif what in ("hidethinking", "nohidethinking"):
+            self.command("/reasoning " + ("off" if what == "hidethinking" else "on"))
+        elif what == "format" and rest == "json":
+            self.response_format = {"type": "json_object"}
+            self.err.write("answers are JSON objects\n")
+        elif what == "noformat":
+            self.response_format = None
+            self.err.write("answers are free text\n")
+        elif what in ("verbose", "quiet"):
+            self.verbose = what == "verbose"
+            self.err.write(f"timings {'on' if self.verbose else 'off'}\n")
+        else:
+            self.err.write(f"unknown /set {arg}; /help lists what /set takes\n")
+
+    def set_parameter(self, name: str, value: str) -> None:
+        if name not in PARAMETERS:
+            hint = " (start goosedump chat with -c/--ctx)" if name == "num_ctx" else ""
+            self.err.write(f"unknown parameter {name}{hint}; one of {', '.join(PARAMETERS)}\n")
+            return
+        kind = float if name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty",
+                                 "frequency_penalty") else int
+        try:
+            number = kind(value)
+        except ValueError:
+            self.err.write(f"error: {name} takes {'a number' if kind is float else 'a whole number'}, "
+                           f"got {value!r}\n")
+            return
+        try:
+            if name == "num_predict":
+                if number == 0 or number < -1:
+                    raise ValueError(f"num_predict must be -1 (no limit) or at least 1, got {number}")
+                self.max_tokens = number
+            else:
+                seed = name == "seed" and number == -1        # ollama's -1: a fresh seed each time
+                self.sampling = dataclasses.replace(self.sampling, **{PARAMETERS[name]: None if seed else number})
+        except ValueError as e:         # SamplingError is one
+            self.err.write(f"error: {name}: {e}\n")
+            return
+        self.err.write(f"set {name} to {value}\n")
+
+    def show(self, what: str) -> None:
+        if what == "info":
+            c = self.model.config
+            self.err.write(f"model {self.model.path}: {c.n_layer} layers, {c.n_expert} experts (top "
+                           f"{c.n_expert_used}), hidden {c.n_embd}, vocabulary {c.n_vocab}, context "
+                           f"{self.model.n_ctx} of {c.context_length} tokens\n")
+        elif what == "parameters":
+            s = self.sampling
+            self.err.write(f"temperature {s.temperature}, top_p {s.top_p}, top_k {s.top_k}, min_p {s.min_p}, "
+                           f"repeat_penalty {s.repetition_penalty}, presence_penalty {s.presence_penalty}, "
+                           f"frequency_penalty {s.frequency_penalty}, seed {'random' if s.seed is None else s.seed}, "
+                           f"num_predict {self.max_tokens}, reasoning effort {self.effort}"
+                           f"{', no reasoning' if self.reasoning_budget == 0 else ''}\n")
+        elif what == "system":
+            self.err.write(f"{self.system}\n" if self.system else "no system message\n")
+        else:
+            self.err.write("usage: /show info|parameters|system\n")
+
+    def load(self, path: str) -> None:
+        """A conversation /save wrote: its messages (a system message first
+        becomes the system message) and reasoning effort."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+            messages = saved["messages"]
+            if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+                raise ValueError("its messages are not a list of messages with roles")
+            effort = saved.get("reasoning_effort", self.effort)
+            if effort not in ("low", "medium", "high"):
+                raise ValueError(f"its reasoning_effort {effort!r} is not low, medium or high")
+        except OSError as e:
+            self.err.write(f"error: cannot read {path}: {e.strerror}\n")
+            return
+        except (ValueError, KeyError, TypeError) as e:
+            self.err.write(f"error: {path} is not a conversation /save wrote: {e}\n")
+            return
+        self.system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
+        self.history = messages[1:] if self.system is not None else messages
+        self.effort = effort
+        self.err.write(f"loaded {len(messages)} messages from {path}\n")
+
+
+def read_message(first: str, more) -> str:
+    """A message as typed: \"\"\" opens one of several lines (more() reads
+    the next), up to the line that ends with \"\"\"; else the line itself."""
+    if not first.startswith('"""'):
+        return first
+    text = first[3:]
+    if text.endswith('"""') and len(first) >= 6:
+        return text[:-3]
+    lines = [text] if text else []
+    while True:
+        line = more()
+        if line.rstrip().endswith('"""'):
+            lines.append(line.rstrip()[:-3])
+            return "\n".join(lines)
+        lines.append(line)
+
+
 def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
     try:
         import readline  # noqa: F401  (line editing and history for input())
@@ -136,4 +282,13 @@ def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
             if not session.command(line):
                 return 0
             continue
-        session.ask(line)
+        try:
+            text = read_message(line, lambda: input("... "))
+        except EOFError:
+            session.err.write("\n")
+            return 0
+        except KeyboardInterrupt:
+            session.err.write("^C (the message is dropped)\n")
+            continue
+        if text.strip():
+            session.ask(text)
