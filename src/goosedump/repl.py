@@ -267,28 +267,20 @@ def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
                       f"/help for commands, Ctrl-D to leave\n")
     session.err.flush()
     while True:
+        # a line, then (a message opened by \"\"\") its further lines; Ctrl-D
+        # leaves, Ctrl-C drops what is being typed
         try:
-            line = input(prompt)
-        except EOFError:
-            session.err.write("\n")
-            return 0
-        except KeyboardInterrupt:
-            session.err.write("^C (Ctrl-D or /quit to leave)\n")
-            continue
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith("/"):
-            if not session.command(line):
-                return 0
-            continue
-        try:
+            line = input(prompt).strip()
+            if line.startswith("/"):
+                if not session.command(line):
+                    return 0
+                continue
             text = read_message(line, lambda: input("... "))
         except EOFError:
             session.err.write("\n")
             return 0
         except KeyboardInterrupt:
-            session.err.write("^C (the message is dropped)\n")
+            session.err.write("^C (Ctrl-D or /quit to leave)\n")
             continue
         if text.strip():
             session.ask(text)
