@@ -70,5 +70,7 @@ def test_echo_streamed_and_lm_eval_s_request(server, client, ids):
     assert continuation == whole.choices[0].logprobs.token_logprobs[ctxlen:len(ids)]
     no_logprobs = client.completions.create(model=MODEL, prompt=ids, max_tokens=4, temperature=0, echo=True)
     assert no_logprobs.choices[0].text == whole.choices[0].text and no_logprobs.choices[0].logprobs is None
-    assert json.loads(post(server, "/v1/completions", {"model": MODEL, "prompt": [ids, ids], "echo": True})
-                      .text)["error"]["param"] == "prompt"
+    two = json.loads(post(server, "/v1/completions", {"model": MODEL, "prompt": [ids, ids[:4]], "echo": True,
+                                                      "max_tokens": 1, "temperature": 0}).text)["choices"]
+    assert len(two) == 2 and two[0]["text"].startswith(PROMPT)
+    assert two[1]["text"].startswith("".join(whole.choices[0].logprobs.tokens[:4]))     # a batch: one choice each

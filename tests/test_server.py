@@ -531,7 +531,7 @@ ERRORS = [
      400, "messages", "context_length_exceeded"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 600}]},
      400, "messages", "context_length_exceeded"),
-    ("/v1/chat/completions", {"messages": USER, "n": 2}, 400, "n", None),
+    ("/v1/chat/completions", {"messages": USER, "n": 9}, 400, "n", None),
     ("/v1/chat/completions", {"messages": USER, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
     ("/v1/chat/completions", {"messages": USER, "logit_bias": {"999999999": 5}}, 400, "logit_bias", None),
     ("/v1/chat/completions", {"messages": USER, "logit_bias": {"x": 5}}, 400, "logit_bias", None),

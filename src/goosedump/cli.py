@@ -32,9 +32,10 @@ SERVE_SUMMARY = """endpoints (OpenAI's shapes and errors):
                                   response_format (json_schema, json_object), reasoning_effort, stream,
                                   stream_options, max_tokens / max_completion_tokens, temperature, top_p,
                                   top_k, min_p, seed, stop, logit_bias, presence/frequency/repetition_penalty;
-                                  llama.cpp's grammar and json_schema; reasoning_budget
-  POST /v1/completions            prompt (text or token ids), the same sampling fields, grammar, json_schema,
-                                  echo with logprobs (the prompt's tokens scored, as evaluation harnesses ask)
+                                  llama.cpp's grammar and json_schema; reasoning_budget; n (up to 8 choices)
+  POST /v1/completions            prompt (text or token ids, or a batch of them), the same sampling fields, n,
+                                  grammar, json_schema, echo with logprobs (the prompt's tokens scored, as
+                                  evaluation harnesses ask)
   POST /v1/responses              input, instructions, tools, text.format, reasoning.effort,
                                   max_output_tokens, stream
   POST /v1/responses/input_tokens, /v1/chat/completions/input_tokens   the prompt's tokens, counted

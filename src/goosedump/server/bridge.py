@@ -83,10 +83,11 @@ class EventStream(StreamingResponse):
 
     def __init__(self, content, gen, media_type: str = "text/event-stream"):
         super().__init__(content, media_type=media_type, headers={"Cache-Control": "no-cache"})
-        self.gen = gen
+        self.gens = gen if isinstance(gen, list) else [gen]     # a response of several choices: theirs
 
     async def __call__(self, scope, receive, send):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            cancel_unfinished(self.gen)
+            for gen in self.gens:
+                cancel_unfinished(gen)

@@ -4,14 +4,16 @@ beside content; tool calls by index). Both are built from the same reply
 events, so they are equal by construction."""
 from __future__ import annotations
 
-from typing import AsyncIterator
+import asyncio
+from typing import AsyncIterator, NamedTuple
 
 from fastapi import Request
 from fastapi.responses import Response
 
 from ..logprobs import ContentLogprobs
 from ..reply import ReplyEvent, ReplyStream
-from .bridge import EventStream, Submitted
+from .bridge import EventStream, Submitted, cancel_unfinished
+from .choices import choice_count, merged, seeded, summed_usage, watched
 from .errors import bad_request
 from .params import check_common, finish_reason, response_id, stop_strings, top_count, usage
 from .schemas import ChatBody
@@ -82,30 +84,48 @@ def continues(body: ChatBody) -> bool:
 
 async def handle(server, body: ChatBody, request: Request):
     server.check_model(body.model)
-    check_common(body)
+    check_common(body, choices=True)
+    n_choices = choice_count(body.n)
     n_top = logprobs_asked(body.logprobs, body.top_logprobs)
     stops = stop_strings(body.stop)
     prompt, plan = render(server, body)
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     n = server.limit(limit, len(prompt), param, "messages")
-    sub = server.submit(prompt, n, body, param, "messages", plan.gate(server.tok), n_top)
-    reply = ReplyStream(server.tok, stops, plan.prefix)
-    lps = None if n_top is None else ContentLogprobs(server.tok, sub.gen)
+    choices: list[ChatChoice] = []
+    try:
+        for k in range(n_choices):
+            sub = server.submit(prompt, n, seeded(body, k), param, "messages", plan.gate(server.tok), n_top)
+            choices.append(ChatChoice(sub, ReplyStream(server.tok, stops, plan.prefix),
+                                      None if n_top is None else ContentLogprobs(server.tok, sub.gen)))
+    except BaseException:
+        for c in choices:
+            cancel_unfinished(c.sub.gen)
+        raise
     rid, created = response_id("chatcmpl-")
+    gens = [c.sub.gen for c in choices]
     if body.stream:
         chunks = Chunks(rid, created, "chat.completion.chunk", server.name, "delta",
                         bool((body.stream_options or {}).get("include_usage")))
-        return EventStream(completion_stream(_stream(server, sub, reply, chunks, lps)), sub.gen)
-    await server.run_reply(sub, reply, request, lps)
-    r = sub.gen.result
-    if r is None:              # the client went away
+        return EventStream(completion_stream(_streams(server, choices, chunks)), gens)
+    async with watched(request, gens):
+        await asyncio.gather(*(server.run_reply(c.sub, c.reply, None, c.lps) for c in choices))
+    if any(g.result is None for g in gens):      # the client went away
         return Response(status_code=499)
     return {"id": rid, "object": "chat.completion", "created": created, "model": server.name,
             "system_fingerprint": FINGERPRINT,
-            "choices": [{"index": 0, "message": chat_message(reply), "logprobs": content_logprobs(lps),
-                         "finish_reason": _finish(r, reply)}],
-            "usage": usage(r, reply.reasoning_tokens)}
+            "choices": [{"index": i, "message": chat_message(c.reply), "logprobs": content_logprobs(c.lps),
+                         "finish_reason": _finish(c.sub.gen.result, c.reply)} for i, c in enumerate(choices)],
+            "usage": summed_usage([c.usage() for c in choices], [i == 0 for i in range(len(choices))])}
+
+
+class ChatChoice(NamedTuple):
+    sub: Submitted
+    reply: ReplyStream
+    lps: ContentLogprobs | None
+
+    def usage(self) -> dict:
+        return usage(self.sub.gen.result, self.reply.reasoning_tokens)
 
 
 def logprobs_asked(logprobs: bool | None, top: int | None) -> int | None:
@@ -122,11 +142,19 @@ def content_logprobs(lps: ContentLogprobs | None, entries: list[dict] | None = N
     return {"content": lps.entries if entries is None else entries, "refusal": None}
 
 
-async def _stream(server, sub: Submitted, reply: ReplyStream, chunks: Chunks,
-                  lps: ContentLogprobs | None) -> AsyncIterator[str]:
-    """The chunks; a content delta carries the log-probabilities of the
-    content tokens fed since the last one did (a stop string's held-back
+async def _streams(server, choices: list[ChatChoice], chunks: Chunks) -> AsyncIterator[str]:
+    """The choices' chunks, merged as they come, then the usage of all."""
+    async for s in merged([_stream(server, c, chunks.at(i)) for i, c in enumerate(choices)]):
+        yield s
+    if chunks.include_usage and all(c.sub.gen.result is not None for c in choices):
+        yield chunks.usage(summed_usage([c.usage() for c in choices], [i == 0 for i in range(len(choices))]))
+
+
+async def _stream(server, c: ChatChoice, chunks: Chunks) -> AsyncIterator[str]:
+    """A choice's chunks; a content delta carries the log-probabilities of
+    the content tokens fed since the last one did (a stop string's held-back
     text can come a token later than the token)."""
+    sub, reply, lps = c
     deltas = ChatDeltas()
     started = False
 
@@ -151,6 +179,5 @@ async def _stream(server, sub: Submitted, reply: ReplyStream, chunks: Chunks,
     for d in deltas(reply.close()):
         yield chunk(d)
     rest = lps.take() if lps is not None else None
-    for s in chunks.ending({}, _finish(r, reply), usage(r, reply.reasoning_tokens),
-                           logprobs=content_logprobs(lps, rest) if rest else None):
+    for s in chunks.ending({}, _finish(r, reply), None, logprobs=content_logprobs(lps, rest) if rest else None):
         yield s

@@ -4,6 +4,7 @@ logprobs its tokens' log-probabilities too (how evaluation harnesses score
 a text: lm-evaluation-harness's loglikelihood requests)."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 from typing import AsyncIterator
@@ -14,7 +15,8 @@ from fastapi.responses import Response
 from ..logprobs import TextLogprobs, completion_logprobs
 from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
-from .bridge import EventStream, Submitted
+from .bridge import EventStream, Submitted, cancel_unfinished
+from .choices import choice_count, merged, seeded, summed_usage, watched
 from .errors import bad_request
 from .params import (check_common, check_text_fits, finish_reason, response_id, stop_strings, token_ids,
                      top_count, usage)
@@ -24,53 +26,85 @@ from .sse import FINGERPRINT, Chunks, completion_stream
 
 async def handle(server, body: CompletionBody, request: Request):
     server.check_model(body.model)
-    check_common(body)
-    for field, bad in (("suffix", body.suffix), ("best_of", body.best_of not in (None, 1))):
+    check_common(body, choices=True)
+    for field, bad in (("suffix", body.suffix), ("best_of", body.best_of not in (None, body.n, 1))):
         if bad:
             raise bad_request(f"{field} is not supported", param=field)
     top_count(body.logprobs, "logprobs")
-    prompt = body.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1:
-            raise bad_request("a batch of prompts is not supported: send one prompt per request", param="prompt")
-        prompt = prompt[0]
-    # Raw text may spell special tokens ("<|start|>"), as llama.cpp reads it.
+    batch = isinstance(body.prompt, list) and body.prompt and isinstance(body.prompt[0], (str, list))
+    prompts = [prompt_ids(server, p) for p in (body.prompt if batch else [body.prompt])]
+    n = choice_count(body.n, len(prompts))
+    limits = [server.limit(body.max_tokens, len(ids), "max_tokens", "prompt") for ids in prompts]
+    choices: list[TextChoice] = []
+    try:
+        for ids, limit in zip(prompts, limits):
+            for k in range(n):
+                choices.append(TextChoice(server, seeded(body, k), ids, limit, k == 0))
+    except BaseException:
+        for c in choices:
+            cancel_unfinished(c.sub.gen)
+        raise
+    rid, created = response_id("cmpl-")
+    gens = [c.sub.gen for c in choices]
+    if body.stream:
+        chunks = Chunks(rid, created, "text_completion", server.name, "text",
+                        bool((body.stream_options or {}).get("include_usage")))
+        return EventStream(completion_stream(_streams(choices, chunks)), gens)
+    async with watched(request, gens):
+        texts = await asyncio.gather(*(c.text() for c in choices))
+    if any(g.result is None for g in gens):
+        return Response(status_code=499)       # the client went away
+    return {"id": rid, "object": "text_completion", "created": created, "model": server.name,
+            "system_fingerprint": FINGERPRINT,
+            "choices": [{"index": i, "text": text, "logprobs": c.logprobs(),
+                         "finish_reason": finish_reason(c.sub.gen.result.stop_reason, c.stop.hit)}
+                        for i, (c, text) in enumerate(zip(choices, texts))],
+            "usage": summed_usage([usage(g.result) for g in gens], [c.first for c in choices])}
+
+
+def prompt_ids(server, prompt) -> list[int]:
+    """A prompt's token ids: text (special tokens such as "<|start|>" read as
+    such, as llama.cpp reads raw text) or ids, checked."""
     if isinstance(prompt, str):
         check_text_fits(len(prompt), server.tok, server.model.n_ctx, "prompt")
     ids = server.tok.encode(prompt, allow_special=True) if isinstance(prompt, str) else \
         token_ids(server.tok, prompt, "prompt")
     if not ids:
         raise bad_request("The prompt is empty: nothing to continue from.", param="prompt")
-    n = server.limit(body.max_tokens, len(ids), "max_tokens", "prompt")
-    try:
-        constraint = raw_constraint(server.tok, body.grammar, body.json_schema)
-    except PlanError as e:
-        raise bad_request(str(e), param=e.param) from None
-    echo = Echo(server.tok, ids) if body.echo else None
-    scored = body.logprobs if echo is not None else None
-    sub = server.submit(ids, n, body, "max_tokens", "prompt", constraint, body.logprobs, scored)
-    stop = StopFilter(stop_strings(body.stop))
-    logs = None if body.logprobs is None else TextLogprobs(server.tok, sub.gen, echo.chars if echo else 0)
-    rid, created = response_id("cmpl-")
-    if body.stream:
-        chunks = Chunks(rid, created, "text_completion", server.name, "text",
-                        bool((body.stream_options or {}).get("include_usage")))
-        return EventStream(completion_stream(_stream(sub, stop, chunks, logs, echo)), sub.gen)
-    text = [echo.text] if echo is not None else []
-    async with text_pieces(sub, stop, logs, request) as pieces:
-        async for piece in pieces:
-            text.append(piece)
-    r = sub.gen.result
-    if r is None:
-        return Response(status_code=499)
-    lps = None
-    if logs is not None:
-        lps = logs.all() if echo is None else joined(echo.logprobs(r.prompt_logprobs), logs.all())
-    return {"id": rid, "object": "text_completion", "created": created, "model": server.name,
-            "system_fingerprint": FINGERPRINT,
-            "choices": [{"index": 0, "text": "".join(text), "logprobs": lps,
-                         "finish_reason": finish_reason(r.stop_reason, stop.hit)}],
-            "usage": usage(r)}
+    return ids
+
+
+class TextChoice:
+    """One choice: its generation (submitted here), stop strings, echo and
+    log-probabilities. first: its prompt's first choice (usage counts each
+    prompt once)."""
+
+    def __init__(self, server, body: CompletionBody, ids: list[int], limit: int, first: bool):
+        try:
+            constraint = raw_constraint(server.tok, body.grammar, body.json_schema)   # each its own state
+        except PlanError as e:
+            raise bad_request(str(e), param=e.param) from None
+        self.echo = Echo(server.tok, ids) if body.echo else None
+        scored = body.logprobs if self.echo is not None else None
+        self.sub = server.submit(ids, limit, body, "max_tokens", "prompt", constraint, body.logprobs, scored)
+        self.stop = StopFilter(stop_strings(body.stop))
+        self.logs = None if body.logprobs is None else \
+            TextLogprobs(server.tok, self.sub.gen, self.echo.chars if self.echo else 0)
+        self.first = first
+
+    async def text(self) -> str:
+        text = [self.echo.text] if self.echo is not None else []
+        async with text_pieces(self.sub, self.stop, self.logs) as pieces:
+            async for piece in pieces:
+                text.append(piece)
+        return "".join(text)
+
+    def logprobs(self) -> dict | None:
+        if self.logs is None:
+            return None
+        if self.echo is None:
+            return self.logs.all()
+        return joined(self.echo.logprobs(self.sub.gen.result.prompt_logprobs), self.logs.all())
 
 
 class Echo:
@@ -135,17 +169,27 @@ async def _cut(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None,
             yield tail
 
 
-async def _stream(sub: Submitted, stop: StopFilter, chunks: Chunks, logs: TextLogprobs | None,
-                  echo: Echo | None) -> AsyncIterator[str]:
-    """The chunks; each carries the log-probabilities of the tokens taken
-    since the last one (text held back for a stop string comes later). With
-    echo the prompt comes first, in a chunk of its own once the prefill has
-    scored it."""
+async def _streams(choices: list[TextChoice], chunks: Chunks) -> AsyncIterator[str]:
+    """The choices' chunks, merged as they come, then the usage of all."""
+    async for s in merged([_stream(c, chunks.at(i)) for i, c in enumerate(choices)]):
+        yield s
+    results = [c.sub.gen.result for c in choices]
+    if chunks.include_usage and all(r is not None for r in results):
+        yield chunks.usage(summed_usage([usage(r) for r in results], [c.first for c in choices]))
+
+
+async def _stream(c: TextChoice, chunks: Chunks) -> AsyncIterator[str]:
+    """A choice's chunks; each carries the log-probabilities of the tokens
+    taken since the last one (text held back for a stop string comes later).
+    With echo the prompt comes first, in a chunk of its own once the prefill
+    has scored it."""
+    sub, logs, echo = c.sub, c.logs, c.echo
+
     def echoed() -> str:
         return chunks.choice(echo.text, logprobs=None if logs is None else echo.logprobs(sub.gen.prompt_token_logprobs))
 
     said = echo is None
-    async with text_pieces(sub, stop, logs) as pieces:
+    async with text_pieces(sub, c.stop, logs) as pieces:
         async for piece in pieces:
             if not said:
                 said = True
@@ -156,6 +200,6 @@ async def _stream(sub: Submitted, stop: StopFilter, chunks: Chunks, logs: TextLo
         return
     if not said:
         yield echoed()
-    for s in chunks.ending("", finish_reason(r.stop_reason, stop.hit), usage(r),
+    for s in chunks.ending("", finish_reason(r.stop_reason, c.stop.hit), None,
                            logs.take() if logs is not None else None):
         yield s

@@ -88,9 +88,11 @@ def top_count(n: int | None, param: str) -> int | None:
     return n
 
 
-def check_common(b: Fields) -> None:
-    if b.n not in (None, 1):
-        raise bad_request(f"n={b.n} is not supported: this server returns one choice (n=1)", param="n")
+def check_common(b: Fields, choices: bool = False) -> None:
+    """Fields every generating route checks alike; choices: the route gives
+    several (n, server/choices.py), else n must be 1."""
+    if not choices and b.n not in (None, 1):
+        raise bad_request(f"n={b.n} is not supported here: this route returns one choice (n=1)", param="n")
     if b.time_budget is not None and not b.time_budget > 0:
         raise bad_request(f"time_budget must be a number of seconds > 0, got {b.time_budget}", param="time_budget")
 

@@ -24,22 +24,33 @@ class Chunks:
     its piece under `field` ("delta" or "text"); with include_usage every
     chunk has usage null and a last one, with no choices, carries it."""
 
-    def __init__(self, id: str, created: int, obj: str, model: str, field: str, include_usage: bool):
+    def __init__(self, id: str, created: int, obj: str, model: str, field: str, include_usage: bool,
+                 index: int = 0):
         self.head = {"id": id, "object": obj, "created": created, "model": model, "system_fingerprint": FINGERPRINT}
-        self.field, self.include_usage = field, include_usage
+        self.field, self.include_usage, self.index = field, include_usage, index
+
+    def at(self, index: int) -> "Chunks":
+        """The chunks of choice `index` of the same response."""
+        other = Chunks.__new__(Chunks)
+        other.head, other.field, other.include_usage, other.index = self.head, self.field, self.include_usage, index
+        return other
 
     def choice(self, piece, finish: str | None = None, logprobs: dict | None = None) -> str:
-        d = {**self.head, "choices": [{"index": 0, self.field: piece, "logprobs": logprobs, "finish_reason": finish}]}
+        d = {**self.head, "choices": [{"index": self.index, self.field: piece, "logprobs": logprobs,
+                                       "finish_reason": finish}]}
         if self.include_usage:
             d["usage"] = None
         return sse(d)
 
-    def ending(self, empty_piece, finish: str, usage: dict, logprobs: dict | None = None) -> list[str]:
+    def ending(self, empty_piece, finish: str, usage: dict | None, logprobs: dict | None = None) -> list[str]:
         """The last chunks: the finish reason (with the log-probabilities of
         tokens whose text never came: held back, then cut), then usage if
-        asked for."""
-        return [self.choice(empty_piece, finish, logprobs)] + ([sse({**self.head, "choices": [], "usage": usage})]
-                                                    if self.include_usage else [])
+        asked for (None: a choice of several, whose response says it)."""
+        return [self.choice(empty_piece, finish, logprobs)] + ([self.usage(usage)]
+                                                               if self.include_usage and usage is not None else [])
+
+    def usage(self, usage: dict) -> str:
+        return sse({**self.head, "choices": [], "usage": usage})
 
 
 async def completion_stream(body: AsyncIterator[str]) -> AsyncIterator[str]:
