@@ -4,11 +4,13 @@ on /v1/chat/completions and /v1/completions, and a batch of prompts on
 decodes the choices together; each equals the same request alone with the
 request's seed plus its choice's number (batch-invariant kernels: the same
 tokens), whole and streamed; usage counts each prompt once."""
+import time
 from collections import defaultdict
 
+import httpx
 import pytest
 
-from test_server import MODEL, USER, client, post, server  # noqa: F401
+from test_server import KEY, MODEL, USER, client, metrics, post, server  # noqa: F401
 
 
 def test_chat_n_choices_equal_single_requests(client):
@@ -65,3 +67,27 @@ def test_too_many_choices_are_refused(server, path, body, param, says):
     r = post(server, path, {"model": MODEL, "max_tokens": 2, **body})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param and says in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_leaves_stops_every_choice(server, stream):
+    key = 'goosedump_generations_total{reason="disconnected"}'
+    before = metrics(server)
+    body = {"model": MODEL, "messages": USER, "max_tokens": 400, "temperature": 1.0, "seed": 5, "n": 3,
+            "stream": stream}
+    if stream:
+        with httpx.stream("POST", server + "/v1/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as r:
+            for n, line in enumerate(r.iter_lines()):
+                if n == 4:
+                    break
+    else:
+        with pytest.raises(httpx.TimeoutException):
+            post(server, "/v1/chat/completions", body, timeout=0.5)
+    left = time.monotonic()
+    while metrics(server).get(key, 0) - before.get(key, 0) < 3:
+        assert time.monotonic() - left < 10, "a choice's generation went on after the client left"
+        time.sleep(0.05)
+    after = metrics(server)
+    assert after[key] - before.get(key, 0) == 3
+    assert after["goosedump_generated_tokens_total"] - before["goosedump_generated_tokens_total"] < 3 * 400
