@@ -74,3 +74,20 @@ def test_echo_streamed_and_lm_eval_s_request(server, client, ids):
                                                       "max_tokens": 1, "temperature": 0}).text)["choices"]
     assert len(two) == 2 and two[0]["text"].startswith(PROMPT)
     assert two[1]["text"].startswith("".join(whole.choices[0].logprobs.tokens[:4]))     # a batch: one choice each
+
+
+def test_max_tokens_0_with_echo_scores_the_prompt_alone(server, client, ids):
+    """OpenAI's legacy scoring request (older harnesses send it): the prompt
+    and its scores, nothing generated."""
+    kw = dict(model=MODEL, prompt=ids, temperature=0, echo=True, logprobs=2)
+    one = client.completions.create(max_tokens=1, **kw)
+    zero = client.completions.create(max_tokens=0, **kw)
+    (c,) = zero.choices
+    assert c.text == PROMPT and c.finish_reason == "length"
+    assert c.logprobs.token_logprobs == one.choices[0].logprobs.token_logprobs[:len(ids)]
+    assert c.logprobs.tokens == one.choices[0].logprobs.tokens[:len(ids)]
+    assert (zero.usage.prompt_tokens, zero.usage.completion_tokens) == (len(ids), 0)
+    streamed = list(client.completions.create(max_tokens=0, stream=True, **kw))
+    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == PROMPT
+    r = post(server, "/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 0})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"

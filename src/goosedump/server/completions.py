@@ -34,12 +34,15 @@ async def handle(server, body: CompletionBody, request: Request):
     batch = isinstance(body.prompt, list) and body.prompt and isinstance(body.prompt[0], (str, list))
     prompts = [prompt_ids(server, p) for p in (body.prompt if batch else [body.prompt])]
     n = choice_count(body.n, len(prompts))
-    limits = [server.limit(body.max_tokens, len(ids), "max_tokens", "prompt") for ids in prompts]
+    # echo with max_tokens 0 (OpenAI's legacy use, older harnesses'): the
+    # prompt scored, nothing generated (the prefill's one token is dropped)
+    score_only = bool(body.echo) and body.max_tokens == 0
+    limits = [1 if score_only else server.limit(body.max_tokens, len(ids), "max_tokens", "prompt") for ids in prompts]
     choices: list[TextChoice] = []
     try:
         for ids, limit in zip(prompts, limits):
             for k in range(n):
-                choices.append(TextChoice(server, seeded(body, k), ids, limit, k == 0))
+                choices.append(TextChoice(server, seeded(body, k), ids, limit, k == 0, score_only))
     except BaseException:
         for c in choices:
             cancel_unfinished(c.sub.gen)
@@ -56,10 +59,9 @@ async def handle(server, body: CompletionBody, request: Request):
         return Response(status_code=499)       # the client went away
     return {"id": rid, "object": "text_completion", "created": created, "model": server.name,
             "system_fingerprint": FINGERPRINT,
-            "choices": [{"index": i, "text": text, "logprobs": c.logprobs(),
-                         "finish_reason": finish_reason(c.sub.gen.result.stop_reason, c.stop.hit)}
+            "choices": [{"index": i, "text": text, "logprobs": c.logprobs(), "finish_reason": c.finish()}
                         for i, (c, text) in enumerate(zip(choices, texts))],
-            "usage": summed_usage([usage(g.result) for g in gens], [c.first for c in choices])}
+            "usage": summed_usage([c.usage() for c in choices], [c.first for c in choices])}
 
 
 def prompt_ids(server, prompt) -> list[int]:
@@ -77,9 +79,11 @@ def prompt_ids(server, prompt) -> list[int]:
 class TextChoice:
     """One choice: its generation (submitted here), stop strings, echo and
     log-probabilities. first: its prompt's first choice (usage counts each
-    prompt once)."""
+    prompt once); score_only: the echoed prompt alone, what was generated
+    dropped."""
 
-    def __init__(self, server, body: CompletionBody, ids: list[int], limit: int, first: bool):
+    def __init__(self, server, body: CompletionBody, ids: list[int], limit: int, first: bool,
+                 score_only: bool = False):
         try:
             constraint = raw_constraint(server.tok, body.grammar, body.json_schema)   # each its own state
         except PlanError as e:
@@ -90,21 +94,32 @@ class TextChoice:
         self.stop = StopFilter(stop_strings(body.stop))
         self.logs = None if body.logprobs is None else \
             TextLogprobs(server.tok, self.sub.gen, self.echo.chars if self.echo else 0)
-        self.first = first
+        self.first, self.score_only = first, score_only
 
     async def text(self) -> str:
         text = [self.echo.text] if self.echo is not None else []
         async with text_pieces(self.sub, self.stop, self.logs) as pieces:
             async for piece in pieces:
                 text.append(piece)
-        return "".join(text)
+        return text[0] if self.score_only else "".join(text)
 
     def logprobs(self) -> dict | None:
         if self.logs is None:
             return None
         if self.echo is None:
             return self.logs.all()
-        return joined(self.echo.logprobs(self.sub.gen.result.prompt_logprobs), self.logs.all())
+        prompt = self.echo.logprobs(self.sub.gen.result.prompt_logprobs)
+        return prompt if self.score_only else joined(prompt, self.logs.all())
+
+    def finish(self) -> str:
+        r = self.sub.gen.result
+        return "length" if self.score_only else finish_reason(r.stop_reason, self.stop.hit)
+
+    def usage(self) -> dict:
+        u = usage(self.sub.gen.result)
+        if self.score_only:
+            u = {**u, "completion_tokens": 0, "total_tokens": u["prompt_tokens"]}
+        return u
 
 
 class Echo:
@@ -173,9 +188,8 @@ async def _streams(choices: list[TextChoice], chunks: Chunks) -> AsyncIterator[s
     """The choices' chunks, merged as they come, then the usage of all."""
     async for s in merged([_stream(c, chunks.at(i)) for i, c in enumerate(choices)]):
         yield s
-    results = [c.sub.gen.result for c in choices]
-    if chunks.include_usage and all(r is not None for r in results):
-        yield chunks.usage(summed_usage([usage(r) for r in results], [c.first for c in choices]))
+    if chunks.include_usage and all(c.sub.gen.result is not None for c in choices):
+        yield chunks.usage(summed_usage([c.usage() for c in choices], [c.first for c in choices]))
 
 
 async def _stream(c: TextChoice, chunks: Chunks) -> AsyncIterator[str]:
@@ -194,12 +208,12 @@ async def _stream(c: TextChoice, chunks: Chunks) -> AsyncIterator[str]:
             if not said:
                 said = True
                 yield echoed()
-            yield chunks.choice(piece, logprobs=logs.take() if logs is not None else None)
-    r = sub.gen.result
-    if r is None:
+            if not c.score_only:
+                yield chunks.choice(piece, logprobs=logs.take() if logs is not None else None)
+    if sub.gen.result is None:
         return
     if not said:
         yield echoed()
-    for s in chunks.ending("", finish_reason(r.stop_reason, c.stop.hit), None,
-                           logs.take() if logs is not None else None):
+    rest = logs.take() if logs is not None and not c.score_only else None
+    for s in chunks.ending("", c.finish(), None, rest):
         yield s
