@@ -144,7 +144,7 @@ def _add_runtime(p: argparse.ArgumentParser, ctx_default: str = "min(4096, the m
 
 
 def _add_llamacpp(p: argparse.ArgumentParser, *groups) -> None:
-    """llama.cpp's flags for a command that chats (llamacpp_flags)."""
+    """llama.cpp's flags for a command that chats or serves (llamacpp_flags)."""
     llamacpp_flags.add_reasoning_format(p)
     llamacpp_flags.add_ignored(p, llamacpp_flags.ANYWHERE, *groups)
 
@@ -202,8 +202,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens to generate at most (default, or -1: until the reply ends or the context is full)")
     d.add_argument("--reasoning-budget", type=int, default=None, metavar="N",
                    help="reasoning tokens at most (0: none; default, or -1: no limit)")
-    llamacpp_flags.add_reasoning_format(p)
-    llamacpp_flags.add_ignored(p, llamacpp_flags.ANYWHERE, llamacpp_flags.SERVER)
+    _add_llamacpp(p, llamacpp_flags.SERVER)
     r = p.add_argument_group("replicas (Ray Serve; pip install 'goosedump[ray]')")
     r.add_argument("--replicas", metavar="N|auto", default=None,
                    help="serve N replicas of the engine behind this endpoint on Ray Serve (each with its own "

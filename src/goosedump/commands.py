@@ -20,7 +20,15 @@ class UsageError(ValueError):
 
 # Sampling parameters as the flags spell them (their errors name the flag).
 SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p",
-                  "repetition_penalty": "--repetition-penalty", "seed": "--seed"}
+                  "repetition_penalty": "--repetition-penalty", "presence_penalty": "--presence-penalty",
+                  "frequency_penalty": "--frequency-penalty", "seed": "--seed"}
+
+
+def flag_error(e) -> UsageError:
+    """A SamplingError said of its flag (its message starts with the
+    parameter's name)."""
+    name, _, rest = str(e).partition(" ")
+    return UsageError(f"{SAMPLING_FLAGS.get(name, name)} {rest}")
 
 
 def model_arg(args: argparse.Namespace) -> str | None:
@@ -120,9 +128,8 @@ def sampling_from(args: argparse.Namespace):
         return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                               repetition_penalty=args.repetition_penalty, logit_bias=bias,
                               seed=None if seed == -1 else seed)
-    except SamplingError as e:      # its message starts with the parameter's name: say the flag's
-        name, _, rest = str(e).partition(" ")
-        raise UsageError(f"{SAMPLING_FLAGS.get(name, name)} {rest}") from None
+    except SamplingError as e:
+        raise flag_error(e) from None
 
 
 def check_vocab(sampling, model) -> None:
@@ -350,7 +357,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     from .server.params import request_defaults, template_kwargs_flag
     args.chat_template_kwargs = template_kwargs_flag(args.chat_template_kwargs)
-    args.request_defaults = request_defaults(args)
+    from .sampling import SamplingError
+    try:
+        args.request_defaults = request_defaults(args)
+    except SamplingError as e:
+        raise flag_error(e) from None
     if args.api_key_file is not None:
         args.api_key = api_key_from(args.api_key_file)
     try:                        # a port in use is said before anything loads

@@ -128,10 +128,11 @@ class Echo:
 
     def __init__(self, tok, ids: list[int]):
         self.tok, self.ids = tok, ids
-        decoder, pieces, self.offsets = tok.stream_decoder(), [], []
+        decoder, pieces, self.offsets, chars = tok.stream_decoder(), [], [], 0
         for t in ids:
-            self.offsets.append(sum(map(len, pieces)))
+            self.offsets.append(chars)
             pieces.append(decoder.add(t))
+            chars += len(pieces[-1])
         self.text = "".join(pieces) + decoder.flush()
         self.chars = len(self.text)
 

@@ -34,18 +34,14 @@ class RequestDefaults:
 
 def request_defaults(args) -> RequestDefaults:
     """serve's request defaults from its flags, checked before anything loads
-    (a ValueError names the flag; -1 means none, as llama-server reads it)."""
-    flags = {"temperature": "--temp", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p",
-             "repetition_penalty": "--repeat-penalty", "presence_penalty": "--presence-penalty",
-             "frequency_penalty": "--frequency-penalty", "seed": "--seed"}
+    (-1 means none, as llama-server reads it). A sampling value out of range
+    raises SamplingError, which the command says of its flag
+    (commands.flag_error); -n and --reasoning-budget a ValueError naming
+    theirs."""
     kw = {f: getattr(args, f) for f in SAMPLING if getattr(args, f, None) is not None}
     if kw.get("seed") == -1:
         del kw["seed"]
-    try:
-        SamplingParams(**kw)
-    except SamplingError as e:              # its message starts with the field's name
-        name = str(e).split()[0]
-        raise ValueError(f"{flags.get(name, name)}: {e}") from None
+    SamplingParams(**kw)
     n, budget = getattr(args, "n_predict", None), getattr(args, "reasoning_budget", None)
     if n is not None and (n == 0 or n < -1):
         raise ValueError(f"-n/--n-predict must be at least 1 (or -1: no limit), got {n}")
