@@ -1,5 +1,9 @@
 #include "cpu.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
@@ -31,6 +35,25 @@ bool cpu_has_avx512() {
            __builtin_cpu_supports("avx512vbmi");
   }();
   return has;
+#else
+  return false;
+#endif
+}
+
+bool cpu_splits_256() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool splits = [] {
+    const char* forced = std::getenv("GOOSEDUMP_AVX2_HALVES");
+    if (forced != nullptr && forced[0] != '\0') return forced[0] != '0';
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;     // "AuthenticAMD"
+    const bool hygon = b == 0x6f677948 && d == 0x6e65476e && c == 0x656e6975;   // "HygonGenuine"
+    if (!(amd || hygon) || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned family = ((a >> 8) & 0xF) + ((a >> 20) & 0xFF), model = ((a >> 4) & 0xF) | ((a >> 12) & 0xF0);
+    return (amd && family == 0x17 && model < 0x30) || (hygon && family == 0x18);
+  }();
+  return splits;
 #else
   return false;
 #endif

@@ -11,6 +11,11 @@ bool cpu_has_avx2();
 // besides AVX2 (Intel Ice Lake and later, AMD Zen 4 and later; Skylake-SP
 // and Cascade Lake lack VBMI, and run AVX2).
 bool cpu_has_avx512();
+// True where the core runs each 256-bit operation as two 128-bit halves
+// (AMD Zen 1 and Zen+: family 17h below model 30h, and Hygon's Dhyana), for
+// the AVX2 kernels' forms tuned to it. GOOSEDUMP_AVX2_HALVES=1 or 0 decides
+// instead (the tests run both forms on any AVX2 CPU).
+bool cpu_splits_256();
 // True on AArch64 (NEON with fp16 conversions is baseline there).
 bool cpu_has_neon();
 

@@ -281,6 +281,9 @@ NB_MODULE(_kernels, m) {
   m.def("cpu_has_neon", &gd::cpu_has_neon, "True on AArch64 (Advanced SIMD).");
   m.def("active_impl", [] { return gd::impl_name(gd::resolve_impl(gd::Impl::Auto)); },
         "The implementation 'auto' resolves to on this CPU and environment.");
+  m.def("cpu_splits_256", &gd::cpu_splits_256,
+        "True where the AVX2 kernels take their forms for cores that split 256-bit operations in two (AMD Zen 1; "
+        "GOOSEDUMP_AVX2_HALVES=1 or 0 decides instead).");
   m.attr("NUMERICS") = gd::kNumerics;
   m.def("available_impls", [] {
     int n = 0;

@@ -65,6 +65,7 @@ def inspect_report(path: str, budget: int | str, ctx: int) -> dict:
     return {
         "path": path,
         "cpu": cpu_description(), "kernels": _kernels.active_impl(),
+        "avx2_halves": _kernels.cpu_splits_256() and _kernels.active_impl() in ("avx2", "avx512"),
         "architecture": "gpt-oss",
         "name": c.name,
         "open_seconds": round(open_s, 4),
@@ -119,7 +120,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"  rope base {h['rope_base']:g}, yarn factor {h['rope_scaling_factor']:g} "
           f"(original context {h['rope_original_context']}, beta {h['yarn_beta_fast']:g}/"
           f"{h['yarn_beta_slow']:g})")
-    print(f"  kernels: {r['kernels']} on {r['cpu']} (GOOSEDUMP_ISA=generic|avx2|avx512|neon forces a path)")
+    halves = ", in 128-bit halves (this core splits 256-bit operations)" if r["avx2_halves"] else ""
+    print(f"  kernels: {r['kernels']} on {r['cpu']}{halves} (GOOSEDUMP_ISA=generic|avx2|avx512|neon forces a path)")
     t = r["tokenizer"]
     print(f"  vocabulary {t['vocab']} ({t['special_tokens']} special), bos {t['bos']}, eos {t['eos']}, "
           f"end of generation {t['end_of_generation']}")
