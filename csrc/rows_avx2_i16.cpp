@@ -257,13 +257,6 @@ AVX2 inline void row_mxfp4_x128(const uint8_t* row, size_t n_chunks, const I16Ac
   out[0] = hsum_avx2(acc[0]);
 }
 
-// One token's Q8_0 row in 128-bit operations, for cores that split 256-bit
-// ones: the lanes of load_codes and block_sums (0..3: codes 0..7 and
-// 16..23, 4..7: codes 8..15 and 24..31) in two registers, eight blocks'
-// scales at a time (eight_block_scales), so the same bits as
-// row_tile_i16<Q8_0, 1>. One token, 2 threads, 2880 x 2880: 1.11x from
-// memory, 1.18x in the caches (AMD EPYC Zen 1, benchmarks/kernel_ab.py; it
-// is compute-bound there, at 14 of the 22 GB/s the machine streams).
 // One Q8_0 block of row_q8_0_x128 (sc: its scale for the token).
 AVX2 inline void q8_0_block_x128(const uint8_t* blk, const int16_t* q, const float* sc, __m128& lo, __m128& hi) {
   const __m128i c0 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2)));
@@ -280,6 +273,13 @@ AVX2 inline void q8_0_block_x128(const uint8_t* blk, const int16_t* q, const flo
       d, hi);
 }
 
+// One token's Q8_0 row in 128-bit operations, for cores that split 256-bit
+// ones: the lanes of load_codes and block_sums (0..3: codes 0..7 and
+// 16..23, 4..7: codes 8..15 and 24..31) in two registers, eight blocks'
+// scales at a time (eight_block_scales), so the same bits as
+// row_tile_i16<Q8_0, 1>. One token, 2 threads, 2880 x 2880: 1.11x from
+// memory, 1.18x in the caches (AMD EPYC Zen 1, benchmarks/kernel_ab.py; it
+// is compute-bound there, at 14 of the 22 GB/s the machine streams).
 AVX2 inline void row_q8_0_x128(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
   __m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps();
   size_t c = 0;
