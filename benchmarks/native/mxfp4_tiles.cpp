@@ -7,6 +7,11 @@
 // 16 rows, as matmul deals them (README, Benchmarks, the Zen 3 section).
 // Each count's outputs are checked against the one-token loop's, token by
 // token (batch invariance), and the two forms against each other.
+// GOOSEDUMP_AVX2_HALVES=1 runs the entry's forms for cores that split 256-bit
+// operations (cpu_splits_256, AMD Zen 1) as the extension does there; unset
+// or 0, the 256-bit forms. The one-token check runs the entry's one-token
+// form, so with 1 it also checks the halves' one-token rows against the
+// tiles.
 //
 //   g++ -O3 -std=c++17 -ffp-contract=off -Icsrc benchmarks/native/mxfp4_tiles.cpp
 //       csrc/formats.cpp csrc/quants.cpp -o mxfp4_tiles && ./mxfp4_tiles [rows] [tokens ...]
@@ -25,6 +30,10 @@
 namespace gd {
 Impl resolve_impl(Impl i) { return i; }
 [[noreturn]] void float_weights_take_f32(Format) { std::abort(); }
+bool cpu_splits_256() {
+  const char* v = std::getenv("GOOSEDUMP_AVX2_HALVES");
+  return v && std::strcmp(v, "0") != 0;
+}
 }  // namespace gd
 
 int main(int argc, char** argv) {
@@ -50,7 +59,8 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> W(N * nc * 17);
   for (auto& b : W) b = uint8_t(rng());
   for (size_t i = 0; i < N * nc; ++i) W[i * 17] = uint8_t(120 + rng() % 10);   // scales near 2^0
-  std::printf("core clock %.2f GHz; MXFP4, %zu x %zu, one thread, tasks of 16 rows\n", hz / 1e9, N, K);
+  std::printf("core clock %.2f GHz; MXFP4, %zu x %zu, one thread, tasks of 16 rows; the entry's %s forms\n", hz / 1e9,
+              N, K, gd::cpu_splits_256() ? "halves'" : "256-bit");
   for (const size_t T : counts) {
     // activations of T tokens in the tiled layout (act_block); random codes and exponents
     std::vector<int16_t> q(K * T);

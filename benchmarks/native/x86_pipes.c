@@ -3,7 +3,10 @@
    block (ten vector operations and four loads) issued without its
    dependences: the floor a block's chain of dependences is measured against
    (README, Benchmarks, the Zen 3 section; mxfp4_cycles.cpp times the kernel
-   itself). x86-64 with AVX2; cycles from core_clock.h, so the figures hold
+   itself). The same for a full tile's token and block (mxfp4_pair<8>: the
+   codes are made once for eight tokens, so a token's share is the products,
+   the conversion and the scale), with and without the scale's multiplies
+   (README, Benchmarks, the Zen 1 section; mxfp4_tiles.cpp times the tiles). x86-64 with AVX2; cycles from core_clock.h, so the figures hold
    at whatever clock the core runs.
 
      gcc -O2 benchmarks/native/x86_pipes.c -o x86_pipes && ./x86_pipes */
@@ -46,6 +49,7 @@ static double hz;
 #define F(d) "vmulps %%ymm8, %%ymm9, %%ymm" #d "\n\t"
 #define A(d) "vaddps %%ymm8, %%ymm9, %%ymm" #d "\n\t"
 #define I(d) "vpaddd %%ymm8, %%ymm9, %%ymm" #d "\n\t"
+#define FM(d) "vfmadd231ps %%ymm8, %%ymm9, %%ymm" #d "\n\t"
 #define LD(d, off) "vmovdqa " #off "(%0), %%ymm" #d "\n\t"
 #define BC(d, off) "vbroadcastss " #off "(%0), %%ymm" #d "\n\t"
 #define EIGHT(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
@@ -62,6 +66,24 @@ static double hz;
   "vpmaddwd 64(%0), %%ymm9, %%ymm" #b "\n\t" "vpmaddwd 96(%0), %%ymm9, %%ymm" #a "\n\t"              \
   "vpaddd %%ymm8, %%ymm9, %%ymm" #b "\n\t" "vcvtdq2ps %%ymm8, %%ymm" #a "\n\t"                      \
   "vbroadcastss 128(%0), %%ymm" #b "\n\t" "vmulps %%ymm8, %%ymm9, %%ymm" #b "\n\t"
+
+/* one token's step of mxfp4_pair<8> (rows_avx2_i16.cpp), the codes in
+   ymm8, ymm9: per block two multiply-adds with their activations from
+   memory, their add, the conversion; the blocks' scales broadcast from
+   memory, a multiply, a fused multiply-add and the add into the token's
+   accumulator (SCALED 0: the two sums added instead, a floor for any
+   scaling). Two blocks: 8 loads of 128 bits, 22 operations of 128 bits. */
+#define TOKEN_PAIR(off, SCALED)                                                                          \
+  "vpmaddwd " #off "(%0), %%ymm8, %%ymm0\n\t" "vpmaddwd " #off "+32(%0), %%ymm9, %%ymm1\n\t"            \
+  "vpaddd %%ymm0, %%ymm1, %%ymm0\n\t" "vcvtdq2ps %%ymm0, %%ymm0\n\t"                                       \
+  "vpmaddwd " #off "+64(%0), %%ymm8, %%ymm2\n\t" "vpmaddwd " #off "+96(%0), %%ymm9, %%ymm3\n\t"         \
+  "vpaddd %%ymm2, %%ymm3, %%ymm2\n\t" "vcvtdq2ps %%ymm2, %%ymm2\n\t"                                       \
+  SCALED                                                                                                 \
+  "vaddps %%ymm0, %%ymm7, %%ymm7\n\t"
+#define WITH_SCALES(off)                                                                                 \
+  "vbroadcastss " #off "+128(%0), %%ymm4\n\t" "vbroadcastss " #off "+132(%0), %%ymm5\n\t"                 \
+  "vmulps %%ymm4, %%ymm0, %%ymm0\n\t" "vfmadd231ps %%ymm5, %%ymm2, %%ymm0\n\t"
+#define NO_SCALES "vaddps %%ymm2, %%ymm0, %%ymm0\n\t"
 
 int main(void) {
   buf = aligned_alloc(64, 4096);
@@ -83,12 +105,19 @@ int main(void) {
   RUN("vcvtdq2ps + vaddps", 8, MIX(C, A));
   RUN("vcvtdq2ps + vmulps", 8, MIX(C, F));
   RUN("vpshufb + vpsllw", 8, MIX(S, L));
+  RUN("vcvtdq2ps + vfmadd231ps", 8, MIX(C, FM));
   RUN("256-bit loads", 8, LD(0, 0) LD(1, 32) LD(2, 64) LD(3, 96) LD(4, 128) LD(5, 160) LD(6, 192) LD(7, 224));
   RUN("256-bit loads + broadcasts", 8, LD(0, 0) LD(1, 32) BC(2, 64) LD(3, 96) LD(4, 128) BC(5, 160) LD(6, 192) BC(7, 224));
   printf("one-token MXFP4, a block's operations and loads without their dependences:\n");
   double cycles;
   CYCLES(cycles, BLOCK(0, 1) BLOCK(2, 3) BLOCK(4, 5) BLOCK(6, 7));
   printf("  %-44s %5.2f\n", "cycles per block", cycles / 4);
+  printf("a full tile's token and block (mxfp4_pair<8>), its operations and loads without their dependences:\n");
+  CYCLES(cycles, TOKEN_PAIR(0, WITH_SCALES(0)) TOKEN_PAIR(256, WITH_SCALES(256)) TOKEN_PAIR(512, WITH_SCALES(512))
+                     TOKEN_PAIR(768, WITH_SCALES(768)));
+  printf("  %-44s %5.2f\n", "cycles per token and block", cycles / 8);
+  CYCLES(cycles, TOKEN_PAIR(0, NO_SCALES) TOKEN_PAIR(256, NO_SCALES) TOKEN_PAIR(512, NO_SCALES) TOKEN_PAIR(768, NO_SCALES));
+  printf("  %-44s %5.2f\n", "the same without the scales' multiplies", cycles / 8);
   free(buf);
   return 0;
 }

@@ -1,0 +1,74 @@
+"""The x86 timing tools in benchmarks/native build with the command line
+their own header gives (the README points readers to them; one of them had
+stopped linking when the kernels' source it includes gained a function),
+and mxfp4_tiles, which checks the bits it times, passes its checks in both
+AVX2 forms: every token of a tile against its one-token products (batch
+invariance), the stretched tiles against each row whole."""
+import os
+import platform
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NATIVE = ROOT / "benchmarks" / "native"
+
+
+def has_avx2() -> bool:
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    with open("/proc/cpuinfo") as f:
+        return " avx2" in f.read()
+
+
+pytestmark = pytest.mark.skipif(not has_avx2(), reason="the x86 timing tools run AVX2 code")
+
+
+def header_command(name: str) -> list[str]:
+    """The compile command in a tool's header comment (continued over
+    comment lines up to its `-o`), as argv."""
+    text = (NATIVE / name).read_text()
+    if text.startswith("/*"):
+        head = text[2:text.index("*/")].splitlines()
+    else:
+        head = [line[2:] for line in text.splitlines()[:60] if line.startswith("//")]
+    comment = " ".join(line.strip() for line in head)
+    found = re.search(r"\b(g\+\+|gcc) (.*?-o \S+)", comment)
+    assert found, f"{name}: no compile command in its header"
+    return shlex.split(f"{found.group(1)} {found.group(2)}")
+
+
+def build(name: str, where: Path) -> Path:
+    argv = header_command(name)
+    out = argv.index("-o") + 1
+    argv[out] = str(where / argv[out])
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr[-3000:]}"
+    return Path(argv[out])
+
+
+@pytest.fixture(scope="module")
+def tiles(tmp_path_factory) -> Path:
+    return build("mxfp4_tiles.cpp", tmp_path_factory.mktemp("tiles"))
+
+
+@pytest.mark.parametrize("name", ["x86_pipes.c", "mxfp4_cycles.cpp"])
+def test_each_tool_builds_as_its_header_says(name, tmp_path):
+    assert build(name, tmp_path).is_file()
+
+
+@pytest.mark.parametrize("halves", ["0", "1"])
+def test_the_tiles_tool_builds_and_passes_its_bit_checks(halves, tiles):
+    # 32 rows (two tasks of 16), counts on both sides of the stretches'
+    # threshold (48 tokens of a 2880-wide row: 270 KB of activations)
+    done = subprocess.run([str(tiles), "32", "1", "8", "48"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "GOOSEDUMP_AVX2_HALVES": halves})
+    assert done.returncode == 0, done.stderr
+    form = "halves'" if halves == "1" else "256-bit"
+    assert f"the entry's {form} forms" in done.stdout
+    lines = [line for line in done.stdout.splitlines() if "tokens:" in line]
+    assert [int(line.split()[0]) for line in lines] == [1, 8, 48]
+    assert all(line.endswith("(the same bits)") for line in lines), done.stdout
