@@ -3,7 +3,9 @@
    block (ten vector operations and four loads) issued without its
    dependences: the floor a block's chain of dependences is measured against
    (README, Benchmarks, the Zen 3 section; mxfp4_cycles.cpp times the kernel
-   itself). The same for a full tile's token and block (mxfp4_pair<8>: the
+   itself), in both of its forms (the 256-bit one, and the 128-bit one for
+   cores that split 256-bit operations, a pair of blocks at a time as it
+   runs). The same for a full tile's token and block (mxfp4_pair<8>: the
    codes are made once for eight tokens, so a token's share is the products,
    the conversion and the scale), with and without the scale's multiplies
    (README, Benchmarks, the Zen 1 section; mxfp4_tiles.cpp times the tiles). x86-64 with AVX2; cycles from core_clock.h, so the figures hold
@@ -18,7 +20,7 @@
 static char* buf;
 static double hz;
 
-#define CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "memory"
+#define CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm11", "xmm12", "xmm13", "memory"
 #define LOOPS 20000000L
 /* cycles per run of an asm body: the best of three runs of LOOPS */
 #define CYCLES(var, body)                                                             \
@@ -67,6 +69,31 @@ static double hz;
   "vpaddd %%ymm8, %%ymm9, %%ymm" #b "\n\t" "vcvtdq2ps %%ymm8, %%ymm" #a "\n\t"                      \
   "vbroadcastss 128(%0), %%ymm" #b "\n\t" "vmulps %%ymm8, %%ymm9, %%ymm" #b "\n\t"
 
+/* a pair of blocks of row_mxfp4_x128 (the one-token form for cores that
+   split 256-bit operations), in 128-bit registers: each block's codes
+   (load, and, shift, and, two table shuffles, two shifts and two ands for
+   the even and odd codes), its sums (four multiply-adds with their
+   activations from memory, two adds, two conversions), then the pair's
+   scales into the lanes' two accumulators (xmm11, xmm12: the only
+   dependences from pair to pair, as in the kernel) */
+#define X128_CODES(off, a, b, c, d)                                                                      \
+  "vmovdqu " #off "(%0), %%xmm0\n\t" "vpand %%xmm8, %%xmm0, %%xmm" #a "\n\t"                             \
+  "vpsrlw $4, %%xmm0, %%xmm" #b "\n\t" "vpand %%xmm8, %%xmm" #b ", %%xmm" #b "\n\t"                      \
+  "vpshufb %%xmm" #a ", %%xmm9, %%xmm" #a "\n\t" "vpshufb %%xmm" #b ", %%xmm9, %%xmm" #b "\n\t"           \
+  "vpsllw $8, %%xmm" #a ", %%xmm" #c "\n\t" "vpand %%xmm10, %%xmm" #a ", %%xmm" #a "\n\t"                \
+  "vpsllw $8, %%xmm" #b ", %%xmm" #d "\n\t" "vpand %%xmm10, %%xmm" #b ", %%xmm" #b "\n\t"
+#define X128_SUMS(off, a, b, c, d)                                                                       \
+  "vpmaddwd " #off "+64(%0), %%xmm" #c ", %%xmm" #c "\n\t" "vpmaddwd " #off "+80(%0), %%xmm" #a ", %%xmm" #a "\n\t" \
+  "vpmaddwd " #off "+96(%0), %%xmm" #d ", %%xmm" #d "\n\t" "vpmaddwd " #off "+112(%0), %%xmm" #b ", %%xmm" #b "\n\t" \
+  "vpaddd %%xmm" #c ", %%xmm" #a ", %%xmm" #a "\n\t" "vpaddd %%xmm" #d ", %%xmm" #b ", %%xmm" #b "\n\t"   \
+  "vcvtdq2ps %%xmm" #a ", %%xmm" #a "\n\t" "vcvtdq2ps %%xmm" #b ", %%xmm" #b "\n\t"
+#define X128_PAIR(off)                                                                                   \
+  X128_CODES(off, 1, 2, 3, 4) X128_CODES(off + 16, 5, 6, 7, 13)                                          \
+  X128_SUMS(off, 1, 2, 3, 4) X128_SUMS(off + 128, 5, 6, 7, 13)                                           \
+  "vbroadcastss " #off "+200(%0), %%xmm3\n\t" "vbroadcastss " #off "+204(%0), %%xmm4\n\t"                 \
+  "vmulps %%xmm3, %%xmm1, %%xmm1\n\t" "vfmadd231ps %%xmm4, %%xmm5, %%xmm1\n\t" "vaddps %%xmm1, %%xmm11, %%xmm11\n\t" \
+  "vmulps %%xmm3, %%xmm2, %%xmm2\n\t" "vfmadd231ps %%xmm4, %%xmm6, %%xmm2\n\t" "vaddps %%xmm2, %%xmm12, %%xmm12\n\t"
+
 /* one token's step of mxfp4_pair<8> (rows_avx2_i16.cpp), the codes in
    ymm8, ymm9: per block two multiply-adds with their activations from
    memory, their add, the conversion; the blocks' scales broadcast from
@@ -90,7 +117,8 @@ int main(void) {
   for (int i = 0; i < 4096; ++i) buf[i] = 1;
   hz = core_hz();
   printf("core clock %.2f GHz (dependent adds)\ninstructions per cycle, independent:\n", hz / 1e9);
-  __asm__ volatile("vpxor %%ymm8, %%ymm8, %%ymm8\n\tvpxor %%ymm9, %%ymm9, %%ymm9" ::: "xmm8", "xmm9");
+  __asm__ volatile("vpxor %%ymm8, %%ymm8, %%ymm8\n\tvpxor %%ymm9, %%ymm9, %%ymm9\n\tvpxor %%ymm10, %%ymm10, %%ymm10" ::: "xmm8",
+                   "xmm9", "xmm10");
   RUN("vpmaddwd", 8, EIGHT(M));
   RUN("vpshufb", 8, EIGHT(S));
   RUN("vpsrlvq", 8, EIGHT(V));
@@ -112,6 +140,8 @@ int main(void) {
   double cycles;
   CYCLES(cycles, BLOCK(0, 1) BLOCK(2, 3) BLOCK(4, 5) BLOCK(6, 7));
   printf("  %-44s %5.2f\n", "cycles per block", cycles / 4);
+  CYCLES(cycles, X128_PAIR(0) X128_PAIR(256) X128_PAIR(512) X128_PAIR(768));
+  printf("  %-44s %5.2f\n", "the same in 128-bit halves, a pair at a time", cycles / 8);
   printf("a full tile's token and block (mxfp4_pair<8>), its operations and loads without their dependences:\n");
   CYCLES(cycles, TOKEN_PAIR(0, WITH_SCALES(0)) TOKEN_PAIR(256, WITH_SCALES(256)) TOKEN_PAIR(512, WITH_SCALES(512))
                      TOKEN_PAIR(768, WITH_SCALES(768)));
