@@ -76,8 +76,11 @@ class Generation:
                  keep_whole_prompt: bool = True, logprobs: int | None = None, prompt_logprobs: int | None = None):
         self.prompt, self.max_tokens, self.sampling = prompt, max_tokens, sampling
         # with logprobs (alternatives per token, 0: none): token_logprobs holds
-        # each generated token's (goosedump.logprobs), set before its event
+        # each generated token's (goosedump.logprobs), set before its event;
+        # end_logprob the end token's, when one ended the generation (it is
+        # not generated text, so not in token_logprobs)
         self.logprobs, self.token_logprobs, self.pending = logprobs, [], None
+        self.end_logprob = None
         # with prompt_logprobs: the prompt's tokens' from its second on, set
         # by the prefill (which then computes the whole prompt: no cache reuse)
         self.prompt_logprobs, self.prompt_token_logprobs = prompt_logprobs, None
@@ -322,6 +325,8 @@ class Stepper:
         if gen.constraint is not None:
             gen.constraint.advance(token)
         if token in self.tok.eog_ids and not gen.ignore_eos:
+            if gen.pending is not None:
+                gen.end_logprob = gen.pending.of(token)
             self.finish(gen, STOP_EOS, eos=token)
             return False
         gen.generated.append(token)

@@ -30,6 +30,24 @@ def choice_count(n, prompts: int = 1) -> int:
     return n
 
 
+def candidate_count(best_of, n: int, prompts: int, stream: bool) -> int:
+    """How many completions each prompt's n choices are picked from
+    (OpenAI's legacy best_of; None: n), at most MAX_CHOICES in all."""
+    if best_of is None:
+        return n
+    if isinstance(best_of, bool) or not isinstance(best_of, int) or best_of < n:
+        raise bad_request(f"best_of must be a whole number of completions, at least n ({n}), got {best_of!r}",
+                          param="best_of")
+    if best_of > n and stream:
+        raise bad_request(f"best_of={best_of} above n={n} cannot be streamed: which completions are the best is "
+                          "known only when all have ended", param="best_of")
+    if best_of * prompts > MAX_CHOICES:
+        what = f"best_of={best_of} for each of {prompts} prompts" if prompts > 1 else f"best_of={best_of}"
+        raise bad_request(f"{what} asks for {best_of * prompts} completions; this server generates at most "
+                          f"{MAX_CHOICES} for one response", param="best_of")
+    return best_of
+
+
 def seeded(body, k: int):
     """Choice k's fields: the request's with its seed plus k (choice 0 has
     the request's own; without a seed every choice draws a fresh one)."""

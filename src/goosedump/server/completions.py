@@ -16,7 +16,7 @@ from ..logprobs import TextLogprobs, completion_logprobs
 from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
 from .bridge import EventStream, Submitted, cancel_unfinished
-from .choices import choice_count, merged, seeded, summed_usage, watched
+from .choices import candidate_count, choice_count, merged, seeded, summed_usage, watched
 from .errors import bad_request
 from .params import (check_common, check_text_fits, finish_reason, response_id, stop_strings, token_ids,
                      top_count, usage)
@@ -27,13 +27,13 @@ from .sse import FINGERPRINT, Chunks, completion_stream
 async def handle(server, body: CompletionBody, request: Request):
     server.check_model(body.model)
     check_common(body, choices=True)
-    for field, bad in (("suffix", body.suffix), ("best_of", body.best_of not in (None, body.n, 1))):
-        if bad:
-            raise bad_request(f"{field} is not supported", param=field)
+    if body.suffix:
+        raise bad_request("suffix is not supported: the model does not fill in the middle", param="suffix")
     top_count(body.logprobs, "logprobs")
     batch = isinstance(body.prompt, list) and body.prompt and isinstance(body.prompt[0], (str, list))
     prompts = [prompt_ids(server, p) for p in (body.prompt if batch else [body.prompt])]
     n = choice_count(body.n, len(prompts))
+    pool = candidate_count(body.best_of, n, len(prompts), bool(body.stream))
     # echo with max_tokens 0 (OpenAI's legacy use, older harnesses'): the
     # prompt scored, nothing generated (the prefill's one token is dropped)
     score_only = bool(body.echo) and body.max_tokens == 0
@@ -41,8 +41,8 @@ async def handle(server, body: CompletionBody, request: Request):
     choices: list[TextChoice] = []
     try:
         for ids, limit in zip(prompts, limits):
-            for k in range(n):
-                choices.append(TextChoice(server, seeded(body, k), ids, limit, k == 0, score_only))
+            for k in range(pool):
+                choices.append(TextChoice(server, seeded(body, k), ids, limit, k == 0, score_only, pool > n))
     except BaseException:
         for c in choices:
             cancel_unfinished(c.sub.gen)
@@ -57,11 +57,26 @@ async def handle(server, body: CompletionBody, request: Request):
         texts = await asyncio.gather(*(c.text() for c in choices))
     if any(g.result is None for g in gens):
         return Response(status_code=499)       # the client went away
+    picked = best(list(zip(choices, texts)), pool, n)
     return {"id": rid, "object": "text_completion", "created": created, "model": server.name,
             "system_fingerprint": FINGERPRINT,
             "choices": [{"index": i, "text": text, "logprobs": c.logprobs(), "finish_reason": c.finish()}
-                        for i, (c, text) in enumerate(zip(choices, texts))],
+                        for i, (c, text) in enumerate(picked)],
+            # every completion generated counts, as OpenAI bills best_of's
             "usage": summed_usage([c.usage() for c in choices], [c.first for c in choices])}
+
+
+def best(done: list, pool: int, n: int) -> list:
+    """Each prompt's n completions of the highest log-probability per token
+    out of its pool (best_of), most likely first (ties: in the order made);
+    all of them, in order, when the pool is n."""
+    if pool == n:
+        return done
+    out = []
+    for i in range(0, len(done), pool):
+        group = done[i:i + pool]
+        out += sorted(group, key=lambda ct: -ct[0].mean_logprob())[:n]
+    return out
 
 
 def prompt_ids(server, prompt) -> list[int]:
@@ -83,16 +98,20 @@ class TextChoice:
     dropped."""
 
     def __init__(self, server, body: CompletionBody, ids: list[int], limit: int, first: bool,
-                 score_only: bool = False):
+                 score_only: bool = False, ranked: bool = False):
         try:
             constraint = raw_constraint(server.tok, body.grammar, body.json_schema)   # each its own state
         except PlanError as e:
             raise bad_request(str(e), param=e.param) from None
         self.echo = Echo(server.tok, ids) if body.echo else None
         scored = body.logprobs if self.echo is not None else None
-        self.sub = server.submit(ids, limit, body, "max_tokens", "prompt", constraint, body.logprobs, scored)
+        # ranked (a candidate of best_of): its tokens' log-probabilities are
+        # kept to rank it, shown only if the request asks for them
+        self.shown = body.logprobs is not None
+        logprobs = 0 if ranked and body.logprobs is None else body.logprobs
+        self.sub = server.submit(ids, limit, body, "max_tokens", "prompt", constraint, logprobs, scored)
         self.stop = StopFilter(stop_strings(body.stop))
-        self.logs = None if body.logprobs is None else \
+        self.logs = None if logprobs is None else \
             TextLogprobs(server.tok, self.sub.gen, self.echo.chars if self.echo else 0)
         self.first, self.score_only = first, score_only
 
@@ -104,12 +123,25 @@ class TextChoice:
         return text[0] if self.score_only else "".join(text)
 
     def logprobs(self) -> dict | None:
-        if self.logs is None:
+        if not self.shown:
             return None
         if self.echo is None:
             return self.logs.all()
         prompt = self.echo.logprobs(self.sub.gen.result.prompt_logprobs)
         return prompt if self.score_only else joined(prompt, self.logs.all())
+
+    def mean_logprob(self) -> float:
+        """The log-probability per token of what it generated (best_of's
+        measure, as OpenAI's): its text's tokens, up to a stop string, and
+        the end token when the model ended it (an empty completion is
+        that token alone)."""
+        if self.score_only:
+            return 0.0
+        lps = [lp.logprob for lp in self.logs.lps]
+        end = self.sub.gen.end_logprob
+        if end is not None and not self.stop.hit:
+            lps.append(end.logprob)
+        return sum(lps) / len(lps) if lps else -math.inf
 
     def finish(self) -> str:
         r = self.sub.gen.result
