@@ -5,7 +5,6 @@ and mxfp4_tiles, which checks the bits it times, passes its checks in both
 AVX2 forms: every token of a tile against its one-token products (batch
 invariance), the stretched tiles against each row whole."""
 import os
-import platform
 import re
 import shlex
 import subprocess
@@ -13,18 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from goosedump import _kernels
+
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE = ROOT / "benchmarks" / "native"
 
-
-def has_avx2() -> bool:
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    with open("/proc/cpuinfo") as f:
-        return " avx2" in f.read()
-
-
-pytestmark = pytest.mark.skipif(not has_avx2(), reason="the x86 timing tools run AVX2 code")
+pytestmark = pytest.mark.skipif(not _kernels.cpu_has_avx2(), reason="the x86 timing tools run AVX2, FMA and F16C code")
 
 
 def header_command(name: str) -> list[str]:

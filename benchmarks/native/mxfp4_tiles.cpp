@@ -7,14 +7,14 @@
 // 16 rows, as matmul deals them (README, Benchmarks, the Zen 3 section).
 // Each count's outputs are checked against the one-token loop's, token by
 // token (batch invariance), and the two forms against each other.
-// GOOSEDUMP_AVX2_HALVES=1 runs the entry's forms for cores that split 256-bit
-// operations (cpu_splits_256, AMD Zen 1) as the extension does there; unset
-// or 0, the 256-bit forms. The one-token check runs the entry's one-token
-// form, so with 1 it also checks the halves' one-token rows against the
-// tiles.
+// The entry runs the forms the extension runs on this CPU (csrc/cpu.cpp's
+// cpu_splits_256: those for cores that split 256-bit operations on AMD Zen
+// 1); GOOSEDUMP_AVX2_HALVES=1 or 0 picks them, as it does for the
+// extension. The one-token check runs the entry's one-token form, so in
+// the halves' forms it also checks their one-token rows against the tiles.
 //
 //   g++ -O3 -std=c++17 -ffp-contract=off -Icsrc benchmarks/native/mxfp4_tiles.cpp
-//       csrc/formats.cpp csrc/quants.cpp -o mxfp4_tiles && ./mxfp4_tiles [rows] [tokens ...]
+//       csrc/formats.cpp csrc/quants.cpp csrc/cpu.cpp -o mxfp4_tiles && ./mxfp4_tiles [rows] [tokens ...]
 // (one command line; default 2880 rows, 16 32 64 256 tokens)
 #include "rows_avx2_i16.cpp"
 
@@ -28,12 +28,7 @@
 
 // (what the included file needs from the rest of the extension: not called here)
 namespace gd {
-Impl resolve_impl(Impl i) { return i; }
 [[noreturn]] void float_weights_take_f32(Format) { std::abort(); }
-bool cpu_splits_256() {
-  const char* v = std::getenv("GOOSEDUMP_AVX2_HALVES");
-  return v && std::strcmp(v, "0") != 0;
-}
 }  // namespace gd
 
 int main(int argc, char** argv) {

@@ -8,7 +8,8 @@
    runs). The same for a full tile's token and block (mxfp4_pair<8>: the
    codes are made once for eight tokens, so a token's share is the products,
    the conversion and the scale), with and without the scale's multiplies
-   (README, Benchmarks, the Zen 1 section; mxfp4_tiles.cpp times the tiles). x86-64 with AVX2; cycles from core_clock.h, so the figures hold
+   (README, Benchmarks, the Zen 1 section; mxfp4_tiles.cpp times the
+   tiles). x86-64 with AVX2; cycles from core_clock.h, so the figures hold
    at whatever clock the core runs.
 
      gcc -O2 benchmarks/native/x86_pipes.c -o x86_pipes && ./x86_pipes */
