@@ -10,6 +10,7 @@
 #include "cpu.h"
 #include "formats.h"
 #include "rows.h"
+#include "rows_avx2_halves.h"
 #include "rows_x86.h"
 #include "vecmath.h"
 
@@ -22,13 +23,8 @@ using namespace x86;
 // shuffle: the 16 code bytes in both halves, low nibbles (codes 0..15)
 // indexing the table in the first half, high nibbles (codes 16..31) in the
 // second (one variable shift moves the second half's high nibbles down).
-// Narrow: for cores that split each 256-bit operation into two 128-bit
-// halves (AMD Zen 1, cpu_splits_256), where that variable shift issues one
-// in 3.5 cycles (benchmarks/native/x86_pipes.c): the halves made apart by a
-// 128-bit shift and joined (nibbles16), the same bytes.
-template <bool Narrow = false>
+// (Cores that split 256-bit operations run rows_avx2_halves.h's instead.)
 AVX2 inline __m256i mxfp4_codes8(const uint8_t* blk) {
-  if constexpr (Narrow) return _mm256_shuffle_epi8(mxfp4_values256(), nibbles16(blk + 1));
   const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
   const __m256i idx = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
   return _mm256_shuffle_epi8(mxfp4_values256(), idx);
@@ -47,13 +43,13 @@ AVX2 inline __m256i mxfp4_codes8(const uint8_t* blk) {
 // of s): the row's sum divides it out at the end (kMxfp4Scale for MXFP4).
 // MXFP4's codes come from its value table (mxfp4_codes8). Q8_0 and IQ4:
 // codes 0..15 and 16..31, widened from bytes.
-template <Format F, bool Narrow = false>
+template <Format F>
 AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i& second) {
   if constexpr (F == Format::Q8_0) {
     first = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     second = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
   } else if constexpr (small_codes(F)) {
-    const __m256i v = F == Format::MXFP4 ? mxfp4_codes8<Narrow>(blk) : codes8<F>(blk, sub);
+    const __m256i v = F == Format::MXFP4 ? mxfp4_codes8(blk) : codes8<F>(blk, sub);
     first = _mm256_slli_epi16(v, 8);                                        // even codes x 256
     second = _mm256_and_si256(v, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
   } else {
@@ -156,11 +152,11 @@ AVX2 inline __m256 mxfp4_scale(const uint8_t* blk, int32_t et) {
 
 // Blocks c and c + 1 of a row (blk) against TT tokens (qc, ec: the tile's
 // activations of block c on) into their accumulators.
-template <int TT, bool Narrow>
+template <int TT>
 AVX2 inline void mxfp4_pair(const uint8_t* blk, const int16_t* qc, const int32_t* ec, __m256* acc) {
   __m256i f0, s0, f1, s1;
-  load_codes<Format::MXFP4, Narrow>(blk, 0, f0, s0);
-  load_codes<Format::MXFP4, Narrow>(blk + 17, 0, f1, s1);
+  load_codes<Format::MXFP4>(blk, 0, f0, s0);
+  load_codes<Format::MXFP4>(blk + 17, 0, f1, s1);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
     const __m256 p0 = _mm256_mul_ps(block_sums(f0, s0, qc + 32 * t), mxfp4_scale(blk, ec[t]));
@@ -171,135 +167,22 @@ AVX2 inline void mxfp4_pair(const uint8_t* blk, const int16_t* qc, const int32_t
 
 // n pairs of blocks of a row from blk on (q, e: the tile's activations of
 // the pairs' first block) into the tokens' accumulators.
-template <int TT, bool Narrow>
+template <int TT>
 AVX2 inline void mxfp4_pairs(const uint8_t* blk, size_t n, const int16_t* q, const int32_t* e, __m256* acc) {
-  for (size_t p = 0; p < n; ++p, blk += 34, q += 64 * TT, e += 2 * TT) mxfp4_pair<TT, Narrow>(blk, q, e, acc);
+  for (size_t p = 0; p < n; ++p, blk += 34, q += 64 * TT, e += 2 * TT) mxfp4_pair<TT>(blk, q, e, acc);
 }
 
 // A row's odd last block c alone (a: the tile's activations).
-template <int TT, bool Narrow>
+template <int TT>
 AVX2 inline void mxfp4_last(const uint8_t* row, size_t c, const I16Acts& a, __m256* acc) {
   const uint8_t* blk = row + c * 17;
   const int16_t* q = a.q + c * 32 * TT;
   const int32_t* e = a.e + c * TT;
   __m256i f0, s0;
-  load_codes<Format::MXFP4, Narrow>(blk, 0, f0, s0);
+  load_codes<Format::MXFP4>(blk, 0, f0, s0);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t)
     acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(block_sums(f0, s0, q + 32 * t), mxfp4_scale(blk, e[t])));
-}
-
-// One token's MXFP4 block pair in 128-bit operations, for cores that split
-// 256-bit ones (Narrow): the same lanes, 0..3 and 4..7 each in a register
-// of its own, so the same bits as mxfp4_pair<1> (a lane: the same four
-// products, the same float steps). A block's codes are unpacked for one
-// token only, and the 256-bit form's join of the halves (nibbles16's
-// insert) and double-issued operations cost more there than the extra
-// registers: one token in the L1 9.1-9.5 -> 7.1-7.8 cycles per block
-// (benchmarks/native/mxfp4_cycles.cpp), from memory on 2 threads 1.18x
-// (benchmarks/kernel_ab.py; AMD EPYC Zen 1); four blocks' codes made
-// before their products 7.5 -> 7.1-7.5. Tried there and not kept: two rows
-// sharing the activations' loads (1.00x), the even codes by a byte shuffle
-// (0.95x), -mtune=znver1 (1.00x).
-AVX2 inline void mxfp4_codes_x128(const uint8_t* blk, __m128i& v0, __m128i& v1) {
-  const __m128i table = _mm256_castsi256_si128(mxfp4_values256()), low4 = _mm_set1_epi8(0x0F);
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
-  v0 = _mm_shuffle_epi8(table, _mm_and_si128(x, low4));                      // codes 0..15
-  v1 = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low4));   // codes 16..31
-}
-
-// A block's sums (v0, v1: its codes) in lanes 0..3 (lo) and 4..7 (hi).
-AVX2 inline void mxfp4_sums_x128(__m128i v0, __m128i v1, const int16_t* q, __m128& lo, __m128& hi) {
-  const __m128i high8 = _mm_set1_epi16(int16_t(0xFF00));
-  auto act = [q](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)); };
-  // load_codes' even (shifted up) and odd (masked) codes of each half
-  lo = _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(_mm_slli_epi16(v0, 8), act(0)),
-                                     _mm_madd_epi16(_mm_and_si128(v0, high8), act(16))));
-  hi = _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(_mm_slli_epi16(v1, 8), act(8)),
-                                     _mm_madd_epi16(_mm_and_si128(v1, high8), act(24))));
-}
-
-// Blocks blk and blk + 17 (v: their codes) into the lanes' accumulators,
-// as mxfp4_pair<1> sums them.
-AVX2 inline void mxfp4_pair_x128(const uint8_t* blk, const __m128i* v, const int16_t* q, const int32_t* e,
-                                 __m128& lo, __m128& hi) {
-  __m128 l0, h0, l1, h1;
-  mxfp4_sums_x128(v[0], v[1], q, l0, h0);
-  mxfp4_sums_x128(v[2], v[3], q + 32, l1, h1);
-  const __m128 d0 = _mm_broadcast_ss(kMxfp4Scale + blk[0] + e[0]), d1 = _mm_broadcast_ss(kMxfp4Scale + blk[17] + e[1]);
-  lo = _mm_add_ps(lo, _mm_fmadd_ps(l1, d1, _mm_mul_ps(l0, d0)));
-  hi = _mm_add_ps(hi, _mm_fmadd_ps(h1, d1, _mm_mul_ps(h0, d0)));
-}
-
-// row_mxfp4<1>'s loop in mxfp4_pair_x128's form.
-AVX2 inline void row_mxfp4_x128(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
-  const int16_t* q = a.q;
-  const int32_t* e = a.e;
-  __m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps();
-  const uint8_t* blk = row;
-  size_t c = 0;
-  __m128i v[8];
-  for (; c + 4 <= n_chunks; c += 4, blk += 4 * 17, q += 4 * 32, e += 4) {
-    // four blocks' codes, then their products (3-5% fewer cycles than a
-    // pair's codes before its products)
-    __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
-    for (int j = 0; j < 4; ++j) mxfp4_codes_x128(blk + 17 * j, v[2 * j], v[2 * j + 1]);
-    mxfp4_pair_x128(blk, v, q, e, lo, hi);
-    mxfp4_pair_x128(blk + 34, v + 4, q + 64, e + 2, lo, hi);
-  }
-  for (; c + 2 <= n_chunks; c += 2, blk += 34, q += 64, e += 2) {
-    mxfp4_codes_x128(blk, v[0], v[1]);
-    mxfp4_codes_x128(blk + 17, v[2], v[3]);
-    mxfp4_pair_x128(blk, v, q, e, lo, hi);
-  }
-  __m256 acc[1] = {_mm256_set_m128(hi, lo)};
-  if (n_chunks % 2) mxfp4_last<1, true>(row, n_chunks - 1, a, acc);
-  out[0] = hsum_avx2(acc[0]);
-}
-
-// One Q8_0 block of row_q8_0_x128 (sc: its scale for the token).
-AVX2 inline void q8_0_block_x128(const uint8_t* blk, const int16_t* q, const float* sc, __m128& lo, __m128& hi) {
-  const __m128i c0 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2)));
-  const __m128i c8 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 10)));
-  const __m128i c16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 18)));
-  const __m128i c24 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 26)));
-  const __m128i* x = reinterpret_cast<const __m128i*>(q);
-  const __m128 d = _mm_broadcast_ss(sc);
-  lo = _mm_fmadd_ps(
-      _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(c0, _mm_loadu_si128(x)), _mm_madd_epi16(c16, _mm_loadu_si128(x + 2)))),
-      d, lo);
-  hi = _mm_fmadd_ps(
-      _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(c8, _mm_loadu_si128(x + 1)), _mm_madd_epi16(c24, _mm_loadu_si128(x + 3)))),
-      d, hi);
-}
-
-// One token's Q8_0 row in 128-bit operations, for cores that split 256-bit
-// ones: the lanes of load_codes and block_sums (0..3: codes 0..7 and
-// 16..23, 4..7: codes 8..15 and 24..31) in two registers, eight blocks'
-// scales at a time (eight_block_scales), so the same bits as
-// row_tile_i16<Q8_0, 1>. One token, 2 threads, 2880 x 2880: 1.11x from
-// memory, 1.18x in the caches (AMD EPYC Zen 1, benchmarks/kernel_ab.py; it
-// is compute-bound there, at 14 of the 22 GB/s the machine streams).
-AVX2 inline void row_q8_0_x128(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
-  __m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps();
-  size_t c = 0;
-  for (; c + 8 <= n_chunks; c += 8) {
-    const uint8_t* blk = row + c * 34;
-    alignas(32) float sc[8];
-    eight_block_scales<Format::Q8_0>(blk, a.d + c, sc);
-    for (int j = 0; j < 8; ++j) {
-      prefetch_ahead(blk + j * 34, 34);
-      q8_0_block_x128(blk + j * 34, a.q + 32 * (c + j), &sc[j], lo, hi);
-    }
-  }
-  for (; c < n_chunks; ++c) {
-    const uint8_t* blk = row + c * 34;
-    float d[2], m[2];
-    block_scales<Format::Q8_0>(blk, d, m);
-    const float sc = d[0] * a.d[c];
-    q8_0_block_x128(blk, a.q + 32 * c, &sc, lo, hi);
-  }
-  out[0] = hsum_avx2(_mm256_set_m128(hi, lo));
 }
 
 // MXFP4 in a loop of its own, for every tile: a token's blocks are summed in
@@ -314,10 +197,11 @@ AVX2 inline void row_q8_0_x128(const uint8_t* row, size_t n_chunks, const I16Act
 // in L1, the 20b's decode 7.2 -> 8.5 tok/s with the pool's contiguous
 // shares (threads.cpp); 8 tokens 2.94 -> 3.16 cycles per token and block
 // (the multiply is one more operation per pair), prefill 0.97x (AMD EPYC
-// Zen 2, 2 threads).
+// Zen 2, 2 threads). Narrow (cores that split 256-bit operations): the
+// halves' rows, whose arithmetic is their own (rows_avx2_halves.h).
 template <int TT, bool Narrow = false>
 AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
-  if constexpr (Narrow && TT == 1) return row_mxfp4_x128(row, n_chunks, a, out);
+  if constexpr (Narrow) return row_mxfp4_h<TT>(row, n_chunks, a, out);
   const int16_t* q = a.q;
   const int32_t* e = a.e;
   __m256 acc[TT];
@@ -330,12 +214,12 @@ AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a
     // one prefetch each (a line in 17 is left to the hardware prefetcher).
     for (; c + 4 <= n_chunks; c += 4, blk += 4 * 17, q += 4 * 32 * TT, e += 4 * TT) {
       __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
-      mxfp4_pair<TT, Narrow>(blk, q, e, acc);
-      mxfp4_pair<TT, Narrow>(blk + 34, q + 64 * TT, e + 2 * TT, acc);
+      mxfp4_pair<TT>(blk, q, e, acc);
+      mxfp4_pair<TT>(blk + 34, q + 64 * TT, e + 2 * TT, acc);
     }
   }
-  mxfp4_pairs<TT, Narrow>(blk, (n_chunks - c) / 2, q, e, acc);
-  if (n_chunks % 2) mxfp4_last<TT, Narrow>(row, n_chunks - 1, a, acc);
+  mxfp4_pairs<TT>(blk, (n_chunks - c) / 2, q, e, acc);
+  if (n_chunks % 2) mxfp4_last<TT>(row, n_chunks - 1, a, acc);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]);
 }
@@ -436,32 +320,65 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
 // 3.05 -> 2.65, 32 tokens 2.85 -> 2.61, 256 tokens 2.97 -> 2.79; the 20b's
 // prefill of 512 tokens 1.10x (1.05 .. 1.17; AMD EPYC Zen 3, 2 threads).
 // Q8_0's tiles the same way: 0.99x, so they keep rows_by_tiles.
+// The two forms' accumulators and steps for mxfp4_full_tiles: a token's 8
+// lanes and its blocks in pairs (row_mxfp4), or its 4 lanes and its blocks
+// one by one (row_mxfp4_h, for cores that split 256-bit operations).
+template <bool Narrow>
+struct Mxfp4Form {
+  using Acc = __m256;
+  AVX2 static Acc zero() { return _mm256_setzero_ps(); }
+  // n blocks (even) from blk on; q, e: the tile's activations of the first
+  template <int TT>
+  AVX2 static void blocks(const uint8_t* blk, size_t n, const int16_t* q, const int32_t* e, Acc* acc) {
+    mxfp4_pairs<TT>(blk, n / 2, q, e, acc);
+  }
+  template <int TT>
+  AVX2 static void last(const uint8_t* row, size_t c, const I16Acts& a, Acc* acc) { mxfp4_last<TT>(row, c, a, acc); }
+  AVX2 static float sum(Acc v) { return hsum_avx2(v); }
+};
+template <>
+struct Mxfp4Form<true> {
+  using Acc = __m128;
+  AVX2 static Acc zero() { return _mm_setzero_ps(); }
+  template <int TT>
+  AVX2 static void blocks(const uint8_t* blk, size_t n, const int16_t* q, const int32_t* e, Acc* acc) {
+    mxfp4_blocks_h<TT>(blk, n, q, e, acc);
+  }
+  template <int TT>
+  AVX2 static void last(const uint8_t* row, size_t c, const I16Acts& a, Acc* acc) {
+    mxfp4_blocks_h<TT>(row + c * 17, 1, a.q + c * 32 * TT, a.e + c * TT, acc);
+  }
+  AVX2 static float sum(Acc v) { return hsum_sse(v); }
+};
+
 template <bool Narrow>
 AVX2 void mxfp4_full_tiles(const uint8_t* W, size_t n0, size_t n1, size_t n_chunks, const I16Acts& a, float* Y,
                            size_t ldy, const float* bias) {
+  using Form = Mxfp4Form<Narrow>;
+  using Acc = typename Form::Acc;
   constexpr int TT = kTokenTile;
   constexpr size_t kGroupRows = 32, kStretch = 32;   // (kStretch: blocks, even: whole pairs; 16 to 64 within 5%)
   const size_t rb = n_chunks * 17, paired = n_chunks - n_chunks % 2;   // (an odd last block after the stretches)
-  __m256 kept[kGroupRows][TT];
+  Acc kept[kGroupRows][TT];
   for (size_t g0 = n0; g0 < n1; g0 += kGroupRows) {
     const size_t rows = std::min(kGroupRows, n1 - g0);
     for (size_t r = 0; r < rows; ++r)
-      for (int t = 0; t < TT; ++t) kept[r][t] = _mm256_setzero_ps();
+      for (int t = 0; t < TT; ++t) kept[r][t] = Form::zero();
     for (size_t c0 = 0; c0 < paired; c0 += kStretch) {
       const size_t c1 = std::min(paired, c0 + kStretch);
       for (size_t r = 0; r < rows; ++r) {
-        __m256 acc[TT];
+        Acc acc[TT];
         GD_EACH_TOKEN
         for (int t = 0; t < TT; ++t) acc[t] = kept[r][t];
-        mxfp4_pairs<TT, Narrow>(W + (g0 + r) * rb + c0 * 17, (c1 - c0) / 2, a.q + c0 * 32 * TT, a.e + c0 * TT, acc);
+        Form::template blocks<TT>(W + (g0 + r) * rb + c0 * 17, c1 - c0, a.q + c0 * 32 * TT, a.e + c0 * TT, acc);
         GD_EACH_TOKEN
         for (int t = 0; t < TT; ++t) kept[r][t] = acc[t];
       }
     }
     for (size_t r = 0; r < rows; ++r) {
-      if (paired < n_chunks) mxfp4_last<TT, Narrow>(W + (g0 + r) * rb, n_chunks - 1, a, kept[r]);
+      if (paired < n_chunks) Form::template last<TT>(W + (g0 + r) * rb, n_chunks - 1, a, kept[r]);
       const float b = bias ? bias[g0 + r] : 0.f;
-      for (int t = 0; t < TT; ++t) Y[t * ldy + g0 + r] = hsum_avx2(kept[r][t]) + b;
+      for (int t = 0; t < TT; ++t) Y[t * ldy + g0 + r] = Form::sum(kept[r][t]) + b;
     }
   }
 }

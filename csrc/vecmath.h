@@ -31,12 +31,16 @@ inline float32x4_t exp_neg_neon(float32x4_t x) {
 
 namespace gd {
 
-// The sum of a vector's 8 lanes, in a fixed order.
-__attribute__((target("avx2,fma,f16c"))) inline float hsum_avx2(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+// The sum of a vector's 4 lanes, in a fixed order: (l0 + l2) + (l1 + l3).
+__attribute__((target("avx2,fma,f16c"))) inline float hsum_sse(__m128 s) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// The sum of a vector's 8 lanes, in a fixed order: lanes i and i + 4, then hsum_sse.
+__attribute__((target("avx2,fma,f16c"))) inline float hsum_avx2(__m256 v) {
+  return hsum_sse(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
 // e^x for x <= 0 (attention: scores minus their maximum; SwiGLU: -|x|), 8 at a time: x = n ln2 + r,

@@ -1,11 +1,19 @@
 """The AVX2 kernels' forms for cores that split each 256-bit operation in
-two (AMD Zen 1: MXFP4's codes made in 128-bit halves, its one-token and
-Q8_0's one-token rows in 128-bit registers) give the bits of the 256-bit
-forms, on any AVX2 CPU: GOOSEDUMP_AVX2_HALVES=1 and =0 choose the form in
-two processes, each computing the same products (every format, since the
+two (AMD Zen 1: MXFP4's rows and Q8_0's one-token rows in 128-bit
+registers), on any AVX2 CPU: GOOSEDUMP_AVX2_HALVES=1 and =0 choose the form
+in two processes, each computing the same products (every format, since the
 halves' dispatch sits in front of them all; one to 48 tokens; rows of 1 to
-90 blocks, odd and even, with and without the 8-block runs), compared bit
-for bit, and against float64 within the int16 bound."""
+90 blocks, odd and even, with and without the 8-block runs and the
+stretched tiles).
+
+- Every format but MXFP4 gives the 256-bit form's bits.
+- MXFP4 has an arithmetic of its own in the halves' form (4 lanes, each
+  block's lane sums scaled into the accumulators one block after another):
+  its products equal, bit for bit, that arithmetic written out in numpy
+  from the activations' int16 rounding on (float32 steps, each rounded as
+  the kernel rounds it).
+- In both forms every token's products are the same bits alone as in its
+  batch, and every product is within the int16 bound of float64."""
 import os
 import subprocess
 import sys
@@ -32,12 +40,17 @@ for fmt in _kernels.formats():
             x = x.astype(np.float32)
             y = np.empty((t, 9), np.float32)
             _kernels.matmul(fmt, raw, x, y, None, "avx2", "i16")
+            alone = np.empty((t, 9), np.float32)
+            for i in range(t):
+                _kernels.matmul(fmt, raw, x[i:i + 1], alone[i:i + 1], None, "avx2", "i16")
             w = np.empty((9, k), np.float32)
             _kernels.dequantize(fmt, raw.reshape(-1), w.reshape(-1), "generic")
             key = f"{fmt} {blocks} {t}"
-            out[key], out[key + " x"], out[key + " w"] = y, x, w
+            out[key], out[key + " alone"], out[key + " x"], out[key + " w"], out[key + " raw"] = y, alone, x, w, raw
 np.savez(sys.argv[1], **out)
 """
+EXTRA = (" alone", " x", " w", " raw")
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int64)   # twice E2M1's
 
 
 def products(tmp_path, halves: str) -> dict:
@@ -47,19 +60,61 @@ def products(tmp_path, halves: str) -> dict:
     return dict(np.load(path))
 
 
-def test_both_forms_give_the_same_bits(tmp_path):
+def int16_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each 32-block times 2^k, the largest power of two that keeps its
+    largest value within 32767, rounded to the nearest integer (ties to
+    even): (codes (T, blocks, 32), k (T, blocks))."""
+    xb = x.reshape(x.shape[0], -1, 32)
+    amax = np.abs(xb).max(axis=2)
+    m, p = np.frexp(amax)
+    k = np.where(amax > 0, np.clip(15 - p - (m * np.float32(32768) > 32767), -126, 126), 0)
+    return np.rint(xb.astype(np.float64) * 2.0 ** k[..., None]).astype(np.int64), k
+
+
+def halves_mxfp4(raw: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The halves' form's MXFP4 arithmetic: per token and row, lane i of a
+    block sums the products of values 4i..4i+3 and 16+4i..16+4i+3 exactly;
+    the sum times the block's scale (weights' 2^(e - 128) for the doubled
+    values, activations' 2^-k: exact) is added into lane i's float32
+    accumulator block after block; the row's sum is (l0 + l2) + (l1 + l3)."""
+    T, N = x.shape[0], raw.shape[0]
+    b = raw.reshape(N, -1, 17)
+    codes = np.concatenate([MXFP4_VALUES[b[:, :, 1:] & 15], MXFP4_VALUES[b[:, :, 1:] >> 4]], axis=2)
+    q, k = int16_activations(x)
+    nb = q.shape[1]
+    sums = np.einsum("tbhle,nbhle->tnbl", q.reshape(T, nb, 2, 4, 4), codes.reshape(N, nb, 2, 4, 4))
+    scale = 2.0 ** (b[None, :, :, 0].astype(np.int64) - 128 - k[:, None, :])
+    terms = (sums * scale[..., None]).astype(np.float32)
+    assert np.array_equal(terms.astype(np.float64), sums * scale[..., None])    # each term exact in float32
+    acc = np.zeros((T, N, 4), np.float32)
+    for c in range(nb):
+        acc = acc + terms[:, :, c]
+    return (acc[..., 0] + acc[..., 2]) + (acc[..., 1] + acc[..., 3]) + np.float32(0)
+
+
+def test_each_form_and_its_arithmetic(tmp_path):
     halves, wide = products(tmp_path, "1"), products(tmp_path, "0")
     assert halves.pop("halves") and not wide.pop("halves")    # the variable chose the form
-    keys = [k for k in halves if not k.endswith((" x", " w"))]
-    assert len(keys) > 200 and keys == [k for k in wide if not k.endswith((" x", " w"))]
+    keys = [k for k in halves if not k.endswith(EXTRA)]
+    assert len(keys) > 200 and keys == [k for k in wide if not k.endswith(EXTRA)]
+    differ = 0
     for key in keys:
-        np.testing.assert_array_equal(halves[key].view(np.uint32), wide[key].view(np.uint32), err_msg=key)
-        x, w = halves[key + " x"].astype(np.float64), halves[key + " w"].astype(np.float64)
-        exact = x @ w.T
-        # int16 activations: up to 2^-15 of each block's largest value per product
-        blocks = np.abs(x).reshape(x.shape[0], -1, 32).max(axis=2)
-        bound = 2.0 ** -15 * np.repeat(blocks, 32, axis=1) @ np.abs(w).T + 1e-5 * (np.abs(x) @ np.abs(w).T)
-        assert np.all(np.abs(halves[key] - exact) <= bound), key
+        if key.startswith("mxfp4 "):
+            expect = halves_mxfp4(halves[key + " raw"], halves[key + " x"])
+            np.testing.assert_array_equal(halves[key].view(np.uint32), expect.view(np.uint32), err_msg=key)
+            differ += not np.array_equal(halves[key], wide[key])
+        else:
+            np.testing.assert_array_equal(halves[key].view(np.uint32), wide[key].view(np.uint32), err_msg=key)
+        for form in (halves, wide):
+            np.testing.assert_array_equal(form[key + " alone"].view(np.uint32), form[key].view(np.uint32),
+                                          err_msg=key)   # batch invariance
+            x, w = form[key + " x"].astype(np.float64), form[key + " w"].astype(np.float64)
+            exact = x @ w.T
+            # int16 activations: up to 2^-15 of each block's largest value per product
+            blocks = np.abs(x).reshape(x.shape[0], -1, 32).max(axis=2)
+            bound = 2.0 ** -15 * np.repeat(blocks, 32, axis=1) @ np.abs(w).T + 1e-5 * (np.abs(x) @ np.abs(w).T)
+            assert np.all(np.abs(form[key] - exact) <= bound), key
+    assert differ > 10     # the two MXFP4 arithmetics are not the same one
 
 
 def test_the_cpu_decides_when_the_variable_is_unset():

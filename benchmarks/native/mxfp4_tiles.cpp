@@ -3,7 +3,7 @@
 // entry (rows_avx2_i16, the extension's own source, included: full 8-token
 // tiles in stretches of 32 blocks over a group of rows) and the form before
 // it (each row's whole length per tile, row_mxfp4 through
-// rows_i16_by_tiles). A matrix of `rows` rows of 2880 weights in tasks of
+// rows_i16_by_tiles, in the entry's form: 256-bit or halves'). A matrix of `rows` rows of 2880 weights in tasks of
 // 16 rows, as matmul deals them (README, Benchmarks, the Zen 3 section).
 // Each count's outputs are checked against the one-token loop's, token by
 // token (batch invariance), and the two forms against each other.
@@ -89,7 +89,10 @@ int main(int argc, char** argv) {
     auto by_rows = [&] {
       for (size_t n0 = 0; n0 < N; n0 += 16)
         gd::rows_i16_by_tiles(gd::Format::MXFP4, W.data(), n0, std::min(N, n0 + 16), K, a, T, Yrow.data(), N, nullptr,
-                              [](auto, auto TT, auto... args) { gd::row_mxfp4<decltype(TT)::value>(args...); });
+                              [](auto, auto TT, auto... args) {
+                                if (gd::cpu_splits_256()) gd::row_mxfp4<decltype(TT)::value, true>(args...);
+                                else gd::row_mxfp4<decltype(TT)::value, false>(args...);
+                              });
     };
     by_rows();
     if (std::memcmp(Yrow.data(), Y.data(), Y.size() * sizeof(float))) {

@@ -46,7 +46,10 @@ def model_identity(gguf, activations: str) -> str:
     metadata, the middle, the end), the engine version, the kernels' path and
     arithmetic revision (each path sums in its own order) and the activation
     precision."""
-    h = hashlib.sha256(f"goosedump {__version__} numerics={_kernels.NUMERICS} path={_kernels.active_impl()} "
+    path = _kernels.active_impl()
+    if path == "avx2" and _kernels.cpu_splits_256():
+        path += " halves"    # (MXFP4's arithmetic of its own there)
+    h = hashlib.sha256(f"goosedump {__version__} numerics={_kernels.NUMERICS} path={path} "
                        f"activations={activations}".encode())
     for part in gguf.parts:
         buf, mib = part.buf, 1 << 20

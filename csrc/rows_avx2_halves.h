@@ -1,0 +1,157 @@
+// Internal to rows_avx2_i16.cpp: the int16 rows for cores that split each
+// 256-bit operation into two 128-bit halves (AMD Zen 1 and Zen+, Hygon
+// Dhyana; cpu_splits_256), in 128-bit registers. There a 256-bit operation
+// costs two, some issue at a fraction of Zen 2's rate (vpsrlvq one in 3.5
+// cycles, vpmaddwd 0.56 a cycle; benchmarks/native/x86_pipes.c), and the
+// one-token kernels are bound by their operations, not by the memory.
+//
+// MXFP4 has an arithmetic of its own here (every token count the same, so a
+// token's bits do not depend on its batch; other than the 256-bit form's):
+// a block's 32 products summed in 4 lanes of exact int32 (lane i: codes
+// 4i..4i+3 and 16+4i..16+4i+3), converted (exact: 256 times an integer
+// below 2^22), and each lane's sum times the block's scale added into the
+// token's accumulator by one fused multiply-add, block after block (the
+// product is exact, d a power of two: the same as a multiply and an add);
+// the row's sum is (l0 + l2) + (l1 + l3). The 256-bit form keeps 8 lanes,
+// each block's two halves converted, scaled and added apart, and its blocks
+// in pairs: per block one conversion, one multiply and 1.5 adds more, and
+// Zen 1's one multiply pipe is what binds its tiles. In the L1, one core:
+// one token 7.4-7.5 -> 6.7-6.8 cycles a block, 8-token tiles 6.2 -> 5.5
+// cycles a token and block (a pair's multiply, FMA and add kept instead:
+// 6.8 and 5.8; AMD EPYC Zen 1).
+#pragma once
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#include "rows.h"
+#include "rows_x86.h"
+#include "vecmath.h"
+
+namespace gd {
+namespace x86 {
+
+// A block's 32 codes through the value table as int8: codes 0..15 (v0) and
+// 16..31 (v1).
+AVX2 inline void mxfp4_codes_x128(const uint8_t* blk, __m128i& v0, __m128i& v1) {
+  const __m128i table = _mm256_castsi256_si128(mxfp4_values256()), low4 = _mm_set1_epi8(0x0F);
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+  v0 = _mm_shuffle_epi8(table, _mm_and_si128(x, low4));                      // codes 0..15
+  v1 = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low4));   // codes 16..31
+}
+
+// A block's codes as the int16 vectors of its products, each code times 256
+// (load_codes' even/odd form: a lane's low byte shifted up, its high byte
+// masked): the even and odd codes of 0..15, then of 16..31.
+struct Mxfp4Codes {
+  __m128i c[4];
+};
+AVX2 inline Mxfp4Codes mxfp4_codes_h(__m128i v0, __m128i v1) {
+  const __m128i high8 = _mm_set1_epi16(int16_t(0xFF00));
+  return {{_mm_slli_epi16(v0, 8), _mm_and_si128(v0, high8), _mm_slli_epi16(v1, 8), _mm_and_si128(v1, high8)}};
+}
+AVX2 inline Mxfp4Codes mxfp4_codes_h(const uint8_t* blk) {
+  __m128i v0, v1;
+  mxfp4_codes_x128(blk, v0, v1);
+  return mxfp4_codes_h(v0, v1);
+}
+
+// A block's sum for one token (q: its 32 activations in act_slot's order:
+// evens of 0..30, then odds) in 4 lanes, as floats.
+AVX2 inline __m128 mxfp4_sum_h(const Mxfp4Codes& k, const int16_t* q) {
+  auto act = [q](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)); };
+  const __m128i first = _mm_add_epi32(_mm_madd_epi16(k.c[0], act(0)), _mm_madd_epi16(k.c[1], act(16)));
+  const __m128i second = _mm_add_epi32(_mm_madd_epi16(k.c[2], act(8)), _mm_madd_epi16(k.c[3], act(24)));
+  return _mm_cvtepi32_ps(_mm_add_epi32(first, second));
+}
+
+// One block (k: its codes) into TT tokens' accumulators (q, e: the tile's
+// activations of the block).
+template <int TT>
+AVX2 inline void mxfp4_block_h(const uint8_t* blk, const Mxfp4Codes& k, const int16_t* q, const int32_t* e,
+                               __m128* acc) {
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t)
+    acc[t] = _mm_fmadd_ps(mxfp4_sum_h(k, q + 32 * t), _mm_broadcast_ss(kMxfp4Scale + blk[0] + e[t]), acc[t]);
+}
+
+// n blocks of a row from blk on (q, e: the tile's activations of the first).
+template <int TT>
+AVX2 inline void mxfp4_blocks_h(const uint8_t* blk, size_t n, const int16_t* q, const int32_t* e, __m128* acc) {
+  for (size_t c = 0; c < n; ++c, blk += 17, q += 32 * TT, e += TT) mxfp4_block_h<TT>(blk, mxfp4_codes_h(blk), q, e, acc);
+}
+
+// One row against a tile of TT tokens.
+template <int TT>
+AVX2 inline void row_mxfp4_h(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  __m128 acc[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc[t] = _mm_setzero_ps();
+  const uint8_t* blk = row;
+  const int16_t* q = a.q;
+  const int32_t* e = a.e;
+  size_t c = 0;
+  if constexpr (TT <= 2) {
+    // Decode streams the row from memory: four blocks (68 bytes) a step, one
+    // prefetch each; at one token their codes before their products (3-5%
+    // fewer cycles than each block's codes before its own products).
+    for (; c + 4 <= n_chunks; c += 4, blk += 4 * 17, q += 4 * 32 * TT, e += 4 * TT) {
+      __builtin_prefetch(blk + kPrefetchAhead, 0, 3);
+      __m128i v[8];
+      for (int j = 0; j < 4; ++j) mxfp4_codes_x128(blk + 17 * j, v[2 * j], v[2 * j + 1]);
+      for (int j = 0; j < 4; ++j)
+        mxfp4_block_h<TT>(blk + 17 * j, mxfp4_codes_h(v[2 * j], v[2 * j + 1]), q + 32 * TT * j, e + TT * j, acc);
+    }
+  }
+  mxfp4_blocks_h<TT>(blk, n_chunks - c, q, e, acc);
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) out[t] = hsum_sse(acc[t]);
+}
+
+// One Q8_0 block of row_q8_0_x128 (sc: its scale for the token).
+AVX2 inline void q8_0_block_x128(const uint8_t* blk, const int16_t* q, const float* sc, __m128& lo, __m128& hi) {
+  const __m128i c0 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2)));
+  const __m128i c8 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 10)));
+  const __m128i c16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 18)));
+  const __m128i c24 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 26)));
+  const __m128i* x = reinterpret_cast<const __m128i*>(q);
+  const __m128 d = _mm_broadcast_ss(sc);
+  lo = _mm_fmadd_ps(
+      _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(c0, _mm_loadu_si128(x)), _mm_madd_epi16(c16, _mm_loadu_si128(x + 2)))),
+      d, lo);
+  hi = _mm_fmadd_ps(
+      _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(c8, _mm_loadu_si128(x + 1)), _mm_madd_epi16(c24, _mm_loadu_si128(x + 3)))),
+      d, hi);
+}
+
+// One token's Q8_0 row in 128-bit operations: the lanes of load_codes and
+// block_sums (0..3: codes 0..7 and 16..23, 4..7: codes 8..15 and 24..31)
+// in two registers, eight blocks' scales at a time (eight_block_scales), so
+// the same bits as row_tile_i16<Q8_0, 1> (Q8_0's tiles keep the 256-bit
+// form's arithmetic). One token, 2 threads, 2880 x 2880: 1.11x from memory,
+// 1.18x in the caches (AMD EPYC Zen 1, benchmarks/kernel_ab.py; it is
+// compute-bound there, at 14 of the 22 GB/s the machine streams).
+AVX2 inline void row_q8_0_x128(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  __m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps();
+  size_t c = 0;
+  for (; c + 8 <= n_chunks; c += 8) {
+    const uint8_t* blk = row + c * 34;
+    alignas(32) float sc[8];
+    eight_block_scales<Format::Q8_0>(blk, a.d + c, sc);
+    for (int j = 0; j < 8; ++j) {
+      prefetch_ahead(blk + j * 34, 34);
+      q8_0_block_x128(blk + j * 34, a.q + 32 * (c + j), &sc[j], lo, hi);
+    }
+  }
+  for (; c < n_chunks; ++c) {
+    const uint8_t* blk = row + c * 34;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const float sc = _cvtsh_ss(h) * a.d[c];
+    q8_0_block_x128(blk, a.q + 32 * c, &sc, lo, hi);
+  }
+  out[0] = hsum_avx2(_mm256_set_m128(hi, lo));
+}
+
+}  // namespace x86
+}  // namespace gd
+#endif
