@@ -126,6 +126,10 @@ def test_each_kernel_path_keeps_its_own_entries(tiny_path):
     best = identity_under({"GOOSEDUMP_ISA": "auto"}, tiny_path)
     assert best == identity_under({"GOOSEDUMP_ISA": "auto"}, tiny_path)
     assert identity_under({"GOOSEDUMP_ISA": "generic"}, tiny_path) != best
+    if "avx2" in _kernels.available_impls():
+        # the AVX2 path's two forms: MXFP4 has an arithmetic of its own in the halves' form
+        halves = identity_under({"GOOSEDUMP_ISA": "avx2", "GOOSEDUMP_AVX2_HALVES": "1"}, tiny_path)
+        assert halves != identity_under({"GOOSEDUMP_ISA": "avx2", "GOOSEDUMP_AVX2_HALVES": "0"}, tiny_path)
 
 
 def test_the_cap_evicts_the_least_recently_used(tiny_path, folder):
