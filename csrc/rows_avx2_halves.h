@@ -5,8 +5,9 @@
 // cycles, vpmaddwd 0.56 a cycle; benchmarks/native/x86_pipes.c), and the
 // one-token kernels are bound by their operations, not by the memory.
 //
-// MXFP4 has an arithmetic of its own here (every token count the same, so a
-// token's bits do not depend on its batch; other than the 256-bit form's):
+// MXFP4 and Q8_0 have an arithmetic of their own here (every token count the
+// same, so a token's bits do not depend on its batch; other than the 256-bit
+// form's); MXFP4's:
 // a block's 32 products summed in 4 lanes of exact int32 (lane i: codes
 // 4i..4i+3 and 16+4i..16+4i+3), converted (exact: 256 times an integer
 // below 2^22), and each lane's sum times the block's scale added into the
@@ -22,6 +23,8 @@
 #pragma once
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "rows.h"
 #include "rows_x86.h"
@@ -107,49 +110,73 @@ AVX2 inline void row_mxfp4_h(const uint8_t* row, size_t n_chunks, const I16Acts&
   for (int t = 0; t < TT; ++t) out[t] = hsum_sse(acc[t]);
 }
 
-// One Q8_0 block of row_q8_0_x128 (sc: its scale for the token).
-AVX2 inline void q8_0_block_x128(const uint8_t* blk, const int16_t* q, const float* sc, __m128& lo, __m128& hi) {
-  const __m128i c0 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2)));
-  const __m128i c8 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 10)));
-  const __m128i c16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 18)));
-  const __m128i c24 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 26)));
-  const __m128i* x = reinterpret_cast<const __m128i*>(q);
-  const __m128 d = _mm_broadcast_ss(sc);
-  lo = _mm_fmadd_ps(
-      _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(c0, _mm_loadu_si128(x)), _mm_madd_epi16(c16, _mm_loadu_si128(x + 2)))),
-      d, lo);
-  hi = _mm_fmadd_ps(
-      _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(c8, _mm_loadu_si128(x + 1)), _mm_madd_epi16(c24, _mm_loadu_si128(x + 3)))),
-      d, hi);
+// Q8_0's codes of a block widened to int16: values 0..7, 8..15, 16..23,
+// 24..31 (two 16-byte loads, each high half moved down: one token in the
+// L1 7.4-7.5 -> 7.1-7.2 cycles a block against four 8-byte loads).
+struct Q8Codes {
+  __m128i c[4];
+};
+AVX2 inline Q8Codes q8_0_codes_h(const uint8_t* blk) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+  const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+  return {{_mm_cvtepi8_epi16(x), _mm_cvtepi8_epi16(_mm_unpackhi_epi64(x, x)), _mm_cvtepi8_epi16(y),
+           _mm_cvtepi8_epi16(_mm_unpackhi_epi64(y, y))}};
 }
 
-// One token's Q8_0 row in 128-bit operations: the lanes of load_codes and
-// block_sums (0..3: codes 0..7 and 16..23, 4..7: codes 8..15 and 24..31)
-// in two registers, eight blocks' scales at a time (eight_block_scales), so
-// the same bits as row_tile_i16<Q8_0, 1> (Q8_0's tiles keep the 256-bit
-// form's arithmetic). One token, 2 threads, 2880 x 2880: 1.11x from memory,
-// 1.18x in the caches (AMD EPYC Zen 1, benchmarks/kernel_ab.py; it is
-// compute-bound there, at 14 of the 22 GB/s the machine streams).
-AVX2 inline void row_q8_0_x128(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
-  __m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps();
+// A Q8_0 block's sum for one token in 4 lanes, as floats (lane i: values
+// 2i, 2i + 1, 8 + 2i, 9 + 2i, 16 + 2i, .., 25 + 2i; rounded to the nearest
+// float, since a lane's sum may pass 2^24).
+AVX2 inline __m128 q8_0_sum_h(const Q8Codes& k, const int16_t* q) {
+  const __m128i* x = reinterpret_cast<const __m128i*>(q);
+  const __m128i a = _mm_add_epi32(_mm_madd_epi16(k.c[0], _mm_loadu_si128(x)), _mm_madd_epi16(k.c[2], _mm_loadu_si128(x + 2)));
+  const __m128i b = _mm_add_epi32(_mm_madd_epi16(k.c[1], _mm_loadu_si128(x + 1)), _mm_madd_epi16(k.c[3], _mm_loadu_si128(x + 3)));
+  return _mm_cvtepi32_ps(_mm_add_epi32(a, b));
+}
+
+// One Q8_0 row against a tile of TT tokens, in the halves' arithmetic of
+// MXFP4's rows: each block's 4 lane sums times its scale d * a.d (the
+// scale exact, the FMA rounding once) into the token's accumulator, block
+// after block; the row's sum by hsum_sse. The 256-bit form converts and
+// scales 8 lanes: 8 tokens 6.0 -> 5.6 cycles a token and block in the L2,
+// from memory 1.12x; one token 1.09x (AMD EPYC Zen 1; benchmarks/kernel_ab.py).
+// One token: eight blocks' scales at a time (eight_block_scales).
+template <int TT>
+AVX2 inline void row_q8_0_h(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
+  __m128 acc[TT];
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) acc[t] = _mm_setzero_ps();
   size_t c = 0;
-  for (; c + 8 <= n_chunks; c += 8) {
-    const uint8_t* blk = row + c * 34;
-    alignas(32) float sc[8];
-    eight_block_scales<Format::Q8_0>(blk, a.d + c, sc);
-    for (int j = 0; j < 8; ++j) {
-      prefetch_ahead(blk + j * 34, 34);
-      q8_0_block_x128(blk + j * 34, a.q + 32 * (c + j), &sc[j], lo, hi);
+  if constexpr (TT == 1) {
+    for (; c + 8 <= n_chunks; c += 8) {
+      const uint8_t* blk = row + c * 34;
+      alignas(32) float sc[8];
+      eight_block_scales<Format::Q8_0>(blk, a.d + c, sc);
+      for (int j = 0; j < 8; ++j) {
+        prefetch_ahead(blk + j * 34, 34);
+        acc[0] = _mm_fmadd_ps(q8_0_sum_h(q8_0_codes_h(blk + j * 34), a.q + 32 * (c + j)), _mm_broadcast_ss(&sc[j]),
+                              acc[0]);
+      }
     }
   }
   for (; c < n_chunks; ++c) {
     const uint8_t* blk = row + c * 34;
+    if constexpr (TT <= 2) prefetch_ahead(blk, 34);
     uint16_t h;
     std::memcpy(&h, blk, 2);
-    const float sc = _cvtsh_ss(h) * a.d[c];
-    q8_0_block_x128(blk, a.q + 32 * c, &sc, lo, hi);
+    alignas(32) float sc[TT];   // the block's scale for each token (as the reference rounds it: exactly)
+    if constexpr (TT == 8) {
+      _mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_loadu_ps(a.d + c * TT)));
+    } else {
+      GD_EACH_TOKEN
+      for (int t = 0; t < TT; ++t) sc[t] = _cvtsh_ss(h) * a.d[c * TT + t];
+    }
+    const Q8Codes k = q8_0_codes_h(blk);
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t)
+      acc[t] = _mm_fmadd_ps(q8_0_sum_h(k, a.q + 32 * (c * TT + t)), _mm_broadcast_ss(&sc[t]), acc[t]);
   }
-  out[0] = hsum_avx2(_mm256_set_m128(hi, lo));
+  GD_EACH_TOKEN
+  for (int t = 0; t < TT; ++t) out[t] = hsum_sse(acc[t]);
 }
 
 }  // namespace x86

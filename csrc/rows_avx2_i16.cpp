@@ -407,8 +407,8 @@ void rows_avx2_i16_as(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K
                     [](auto F, auto TT, auto... args) {
                       if constexpr (decltype(F)::value == Format::MXFP4)
                         row_mxfp4<decltype(TT)::value, Narrow>(args...);
-                      else if constexpr (Narrow && decltype(F)::value == Format::Q8_0 && decltype(TT)::value == 1)
-                        row_q8_0_x128(args...);
+                      else if constexpr (Narrow && decltype(F)::value == Format::Q8_0)
+                        row_q8_0_h<decltype(TT)::value>(args...);
                       else
                         row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
                     });

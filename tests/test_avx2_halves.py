@@ -1,17 +1,18 @@
 """The AVX2 kernels' forms for cores that split each 256-bit operation in
-two (AMD Zen 1: MXFP4's rows and Q8_0's one-token rows in 128-bit
-registers), on any AVX2 CPU: GOOSEDUMP_AVX2_HALVES=1 and =0 choose the form
+two (AMD Zen 1: MXFP4's and Q8_0's rows in 128-bit registers), on any
+AVX2 CPU: GOOSEDUMP_AVX2_HALVES=1 and =0 choose the form
 in two processes, each computing the same products (every format, since the
 halves' dispatch sits in front of them all; one to 48 tokens; rows of 1 to
 90 blocks, odd and even, with and without the 8-block runs and the
 stretched tiles).
 
-- Every format but MXFP4 gives the 256-bit form's bits.
-- MXFP4 has an arithmetic of its own in the halves' form (4 lanes, each
-  block's lane sums scaled into the accumulators one block after another):
-  its products equal, bit for bit, that arithmetic written out in numpy
-  from the activations' int16 rounding on (float32 steps, each rounded as
-  the kernel rounds it).
+- Every format but MXFP4 and Q8_0 gives the 256-bit form's bits.
+- MXFP4 and Q8_0 have an arithmetic of their own in the halves' form (4
+  lanes, each block's lane sums scaled into the accumulators one block
+  after another): their products equal, bit for bit, that arithmetic
+  written out in numpy from the activations' int16 rounding on (float32
+  steps, each rounded as the kernel rounds it, the fused multiply-add's
+  once).
 - In both forms every token's products are the same bits alone as in its
   batch, and every product is within the int16 bound of float64."""
 import os
@@ -92,6 +93,79 @@ def halves_mxfp4(raw: np.ndarray, x: np.ndarray) -> np.ndarray:
     return (acc[..., 0] + acc[..., 2]) + (acc[..., 1] + acc[..., 3]) + np.float32(0)
 
 
+def fma32(acc: np.ndarray, c: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """float32 acc + c * d rounded once, as vfmadd does (c * d is exact in
+    float64 here: 24 and 11 significant bits): the float64 sum and its
+    rounding error (TwoSum), then float32's rounding of the sum, which is
+    the exact value's unless the sum lies on a float32 midpoint that the
+    error breaks."""
+    a, p = acc.astype(np.float64), c.astype(np.float64) * d.astype(np.float64)
+    s = a + p
+    bb = s - a
+    err = (a - (s - bb)) + (p - bb)
+    r = s.astype(np.float32)
+    lo = np.where(r.astype(np.float64) > s, np.nextafter(r, np.float32(-np.inf)), r)
+    hi = np.nextafter(lo, np.float32(np.inf))
+    tie = (s == (lo.astype(np.float64) + hi.astype(np.float64)) / 2) & (err != 0)
+    return np.where(tie, np.where(err > 0, hi, lo), r)
+
+
+def halves_q8_0(raw: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The halves' form's Q8_0 arithmetic: lane i of a block sums the
+    products of values 2i, 2i + 1, 8 + 2i, 9 + 2i, .., 25 + 2i exactly, the
+    sum rounded to float32; the block's scale is its fp16 times the
+    activations' 2^-k (exact); each lane's sum times the scale is added into
+    the lane's float32 accumulator by one fused multiply-add, block after
+    block; the row's sum is (l0 + l2) + (l1 + l3)."""
+    T, N = x.shape[0], raw.shape[0]
+    b = raw.reshape(N, -1, 34)
+    d = np.ascontiguousarray(b[:, :, :2]).view(np.float16)[..., 0].astype(np.float32)
+    codes = np.ascontiguousarray(b[:, :, 2:]).view(np.int8).astype(np.int64)
+    q, k = int16_activations(x)
+    nb = q.shape[1]
+    sums = np.einsum("tbrle,nbrle->tnbl", q.reshape(T, nb, 4, 4, 2), codes.reshape(N, nb, 4, 4, 2))
+    lanes = sums.astype(np.float32)
+    scale = d[None] * (2.0 ** -k).astype(np.float32)[:, None]       # (T, N, blocks)
+    acc = np.zeros((T, N, 4), np.float32)
+    for c in range(nb):
+        acc = fma32(acc, lanes[:, :, c], np.repeat(scale[:, :, c, None], 4, axis=2))
+    return (acc[..., 0] + acc[..., 2]) + (acc[..., 1] + acc[..., 3]) + np.float32(0)
+
+
+def test_fma32_rounds_once():
+    """The emulation against exact rationals: random cases, and cases whose
+    float64 sum is a float32 midpoint that the exact value is not (1 +
+    2^-24 + 23 2^-58 from 1 and (2^34 + 23) 2^-58 = 8577069 * 2003 2^-58,
+    which rounds up where the sum alone would round to even; and 1 + 2^-23
+    plus (2^34 - 23) 2^-58 = 10811749 * 1589 2^-58, down), scaled and
+    negated."""
+    from fractions import Fraction
+    rng = np.random.default_rng(3)
+    acc = (rng.standard_normal(3000) * 2.0 ** rng.integers(-40, 40, 3000)).astype(np.float32)
+    c = rng.integers(-2 ** 24, 2 ** 24, 3000).astype(np.float32)
+    d = (rng.integers(1024, 2048, 3000) * 2.0 ** rng.integers(-60, -10, 3000)).astype(np.float32)
+    scales = range(-20, 20)
+    mid = [(np.float32(2.0 ** j * sign), np.float32(8577069 * sign), np.float32(2003 * 2.0 ** (j - 58)))
+           for sign in (1, -1) for j in scales]
+    mid += [(np.float32((1 + 2.0 ** -23) * 2.0 ** j * sign), np.float32(10811749 * sign),
+             np.float32(1589 * 2.0 ** (j - 58))) for sign in (1, -1) for j in scales]
+    acc, c, d = (np.concatenate([v, np.array(m, np.float32)]) for v, m in zip((acc, c, d), zip(*mid)))
+    got = fma32(acc, c, d)
+    naive = (acc.astype(np.float64) + c.astype(np.float64) * d.astype(np.float64)).astype(np.float32)
+    assert np.count_nonzero(got != naive) >= len(mid)      # the midpoints: one rounding, not two
+    for i in range(len(acc)):
+        exact = Fraction(float(acc[i])) + Fraction(float(c[i])) * Fraction(float(d[i]))
+        lo = np.float32(float(exact))
+        while Fraction(float(lo)) > exact:
+            lo = np.nextafter(lo, np.float32(-np.inf))
+        while Fraction(float(np.nextafter(lo, np.float32(np.inf)))) <= exact:
+            lo = np.nextafter(lo, np.float32(np.inf))
+        hi = np.nextafter(lo, np.float32(np.inf))
+        below, above = exact - Fraction(float(lo)), Fraction(float(hi)) - exact
+        want = lo if below < above or (below == above and lo.view(np.uint32) % 2 == 0) else hi
+        assert got[i] == want, (i, acc[i], c[i], d[i])
+
+
 def test_each_form_and_its_arithmetic(tmp_path):
     halves, wide = products(tmp_path, "1"), products(tmp_path, "0")
     assert halves.pop("halves") and not wide.pop("halves")    # the variable chose the form
@@ -99,8 +173,9 @@ def test_each_form_and_its_arithmetic(tmp_path):
     assert len(keys) > 200 and keys == [k for k in wide if not k.endswith(EXTRA)]
     differ = 0
     for key in keys:
-        if key.startswith("mxfp4 "):
-            expect = halves_mxfp4(halves[key + " raw"], halves[key + " x"])
+        if key.startswith(("mxfp4 ", "q8_0 ")):
+            arithmetic = halves_mxfp4 if key.startswith("mxfp4 ") else halves_q8_0
+            expect = arithmetic(halves[key + " raw"], halves[key + " x"])
             np.testing.assert_array_equal(halves[key].view(np.uint32), expect.view(np.uint32), err_msg=key)
             differ += not np.array_equal(halves[key], wide[key])
         else:
@@ -114,7 +189,7 @@ def test_each_form_and_its_arithmetic(tmp_path):
             blocks = np.abs(x).reshape(x.shape[0], -1, 32).max(axis=2)
             bound = 2.0 ** -15 * np.repeat(blocks, 32, axis=1) @ np.abs(w).T + 1e-5 * (np.abs(x) @ np.abs(w).T)
             assert np.all(np.abs(form[key] - exact) <= bound), key
-    assert differ > 10     # the two MXFP4 arithmetics are not the same one
+    assert differ > 20     # the two forms' arithmetics are not the same ones
 
 
 def test_the_cpu_decides_when_the_variable_is_unset():
