@@ -71,7 +71,9 @@ static double hz;
   "vbroadcastss 128(%0), %%ymm" #b "\n\t" "vmulps %%ymm8, %%ymm9, %%ymm" #b "\n\t"
 
 /* a pair of blocks of row_mxfp4_x128 (the one-token form for cores that
-   split 256-bit operations), in 128-bit registers: each block's codes
+   split 256-bit operations until the twenty-third session, whose rows,
+   csrc/rows_avx2_halves.h, add a block's two halves before one conversion
+   and one FMA), in 128-bit registers: each block's codes
    (load, and, shift, and, two table shuffles, two shifts and two ands for
    the even and odd codes), its sums (four multiply-adds with their
    activations from memory, two adds, two conversions), then the pair's
