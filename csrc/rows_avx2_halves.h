@@ -42,17 +42,20 @@ AVX2 inline void mxfp4_codes_x128(const uint8_t* blk, __m128i& v0, __m128i& v1) 
   v1 = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low4));   // codes 16..31
 }
 
-// A block's codes as the int16 vectors of its products, each code times 256
-// (load_codes' even/odd form: a lane's low byte shifted up, its high byte
-// masked): the even and odd codes of 0..15, then of 16..31.
-struct Mxfp4Codes {
+// A block's 32 codes as the four int16 vectors of its products (which
+// codes sit in which vector: the format's maker below says).
+struct Codes16 {
   __m128i c[4];
 };
-AVX2 inline Mxfp4Codes mxfp4_codes_h(__m128i v0, __m128i v1) {
+
+// MXFP4's as Codes16, each code times 256 (load_codes' even/odd form: a
+// lane's low byte shifted up, its high byte masked): the even and odd codes
+// of 0..15, then of 16..31.
+AVX2 inline Codes16 mxfp4_codes_h(__m128i v0, __m128i v1) {
   const __m128i high8 = _mm_set1_epi16(int16_t(0xFF00));
   return {{_mm_slli_epi16(v0, 8), _mm_and_si128(v0, high8), _mm_slli_epi16(v1, 8), _mm_and_si128(v1, high8)}};
 }
-AVX2 inline Mxfp4Codes mxfp4_codes_h(const uint8_t* blk) {
+AVX2 inline Codes16 mxfp4_codes_h(const uint8_t* blk) {
   __m128i v0, v1;
   mxfp4_codes_x128(blk, v0, v1);
   return mxfp4_codes_h(v0, v1);
@@ -60,7 +63,7 @@ AVX2 inline Mxfp4Codes mxfp4_codes_h(const uint8_t* blk) {
 
 // A block's sum for one token (q: its 32 activations in act_slot's order:
 // evens of 0..30, then odds) in 4 lanes, as floats.
-AVX2 inline __m128 mxfp4_sum_h(const Mxfp4Codes& k, const int16_t* q) {
+AVX2 inline __m128 mxfp4_sum_h(const Codes16& k, const int16_t* q) {
   auto act = [q](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)); };
   const __m128i first = _mm_add_epi32(_mm_madd_epi16(k.c[0], act(0)), _mm_madd_epi16(k.c[1], act(16)));
   const __m128i second = _mm_add_epi32(_mm_madd_epi16(k.c[2], act(8)), _mm_madd_epi16(k.c[3], act(24)));
@@ -70,7 +73,7 @@ AVX2 inline __m128 mxfp4_sum_h(const Mxfp4Codes& k, const int16_t* q) {
 // One block (k: its codes) into TT tokens' accumulators (q, e: the tile's
 // activations of the block).
 template <int TT>
-AVX2 inline void mxfp4_block_h(const uint8_t* blk, const Mxfp4Codes& k, const int16_t* q, const int32_t* e,
+AVX2 inline void mxfp4_block_h(const uint8_t* blk, const Codes16& k, const int16_t* q, const int32_t* e,
                                __m128* acc) {
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t)
@@ -110,13 +113,10 @@ AVX2 inline void row_mxfp4_h(const uint8_t* row, size_t n_chunks, const I16Acts&
   for (int t = 0; t < TT; ++t) out[t] = hsum_sse(acc[t]);
 }
 
-// Q8_0's codes of a block widened to int16: values 0..7, 8..15, 16..23,
-// 24..31 (two 16-byte loads, each high half moved down: one token in the
-// L1 7.4-7.5 -> 7.1-7.2 cycles a block against four 8-byte loads).
-struct Q8Codes {
-  __m128i c[4];
-};
-AVX2 inline Q8Codes q8_0_codes_h(const uint8_t* blk) {
+// Q8_0's as Codes16, widened to int16: values 0..7, 8..15, 16..23, 24..31
+// (two 16-byte loads, each high half moved down: one token in the L1
+// 7.4-7.5 -> 7.1-7.2 cycles a block against four 8-byte loads).
+AVX2 inline Codes16 q8_0_codes_h(const uint8_t* blk) {
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
   const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
   return {{_mm_cvtepi8_epi16(x), _mm_cvtepi8_epi16(_mm_unpackhi_epi64(x, x)), _mm_cvtepi8_epi16(y),
@@ -126,7 +126,7 @@ AVX2 inline Q8Codes q8_0_codes_h(const uint8_t* blk) {
 // A Q8_0 block's sum for one token in 4 lanes, as floats (lane i: values
 // 2i, 2i + 1, 8 + 2i, 9 + 2i, 16 + 2i, .., 25 + 2i; rounded to the nearest
 // float, since a lane's sum may pass 2^24).
-AVX2 inline __m128 q8_0_sum_h(const Q8Codes& k, const int16_t* q) {
+AVX2 inline __m128 q8_0_sum_h(const Codes16& k, const int16_t* q) {
   const __m128i* x = reinterpret_cast<const __m128i*>(q);
   const __m128i a = _mm_add_epi32(_mm_madd_epi16(k.c[0], _mm_loadu_si128(x)), _mm_madd_epi16(k.c[2], _mm_loadu_si128(x + 2)));
   const __m128i b = _mm_add_epi32(_mm_madd_epi16(k.c[1], _mm_loadu_si128(x + 1)), _mm_madd_epi16(k.c[3], _mm_loadu_si128(x + 3)));
@@ -163,14 +163,9 @@ AVX2 inline void row_q8_0_h(const uint8_t* row, size_t n_chunks, const I16Acts& 
     if constexpr (TT <= 2) prefetch_ahead(blk, 34);
     uint16_t h;
     std::memcpy(&h, blk, 2);
-    alignas(32) float sc[TT];   // the block's scale for each token (as the reference rounds it: exactly)
-    if constexpr (TT == 8) {
-      _mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_loadu_ps(a.d + c * TT)));
-    } else {
-      GD_EACH_TOKEN
-      for (int t = 0; t < TT; ++t) sc[t] = _cvtsh_ss(h) * a.d[c * TT + t];
-    }
-    const Q8Codes k = q8_0_codes_h(blk);
+    alignas(32) float sc[TT];   // the block's scale for each token
+    tile_scales<TT>(_cvtsh_ss(h), a.d + c * TT, sc);
+    const Codes16 k = q8_0_codes_h(blk);
     GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t)
       acc[t] = _mm_fmadd_ps(q8_0_sum_h(k, a.q + 32 * (c * TT + t)), _mm_broadcast_ss(&sc[t]), acc[t]);

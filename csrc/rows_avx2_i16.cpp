@@ -97,20 +97,11 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
                            __m256* acc, float* accm) {
   __m256i first, second;
   load_codes<F>(blk, sub, first, second);
-  // The scales d[h] * a.d[t] (as the reference rounds them), for all tokens
-  // at once where the tile is full: the tokens' steps then broadcast each
-  // from memory, a load instead of a multiply and a shuffle per token.
+  // The scales d[h] * a.d[t] of each half (tile_scales)
   static_assert(F != Format::MXFP4, "MXFP4 runs row_mxfp4 (rows_avx2_i16)");
   constexpr int H = halves_differ(F) ? 2 : 1;
   alignas(32) float scale[H][TT];
-  for (int h = 0; h < H; ++h) {
-    if constexpr (TT == 8) {
-      _mm256_store_ps(scale[h], _mm256_mul_ps(_mm256_set1_ps(d[h]), _mm256_loadu_ps(a.d)));
-    } else {
-      GD_EACH_TOKEN
-      for (int t = 0; t < TT; ++t) scale[h][t] = d[h] * a.d[t];
-    }
-  }
+  for (int h = 0; h < H; ++h) tile_scales<TT>(d[h], a.d, scale[h]);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
     acc[t] = _mm256_fmadd_ps(block_sums(first, second, a.q + t * 32), lane_scales<F>(&scale[0][t], &scale[H - 1][t]),

@@ -141,6 +141,20 @@ AVX2 inline void eight_block_scales(const uint8_t* blk, const float* ad, float s
                                      _mm256_loadu_ps(ad)));
 }
 
+// One block's scale for each of a tile's TT tokens, d * ad[t] (as the
+// reference rounds them: one multiply each) into out (32-byte aligned), so
+// the tokens' steps broadcast each from memory: a load instead of a
+// multiply and a shuffle per token; a full tile by one vector multiply.
+template <int TT>
+AVX2 inline void tile_scales(float d, const float* ad, float* out) {
+  if constexpr (TT == 8) {
+    _mm256_store_ps(out, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(ad)));
+  } else {
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t) out[t] = d * ad[t];
+  }
+}
+
 // Eight int32 (as float bits) picked from two vectors by a 128-bit-lane
 // shuffle (tokens 0, 1, 4, 5 | 2, 3, 6, 7), as floats in token order.
 AVX2 inline __m256 in_token_order(__m256 v) {
