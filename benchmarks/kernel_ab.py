@@ -27,6 +27,7 @@ import time
 import warnings
 
 import numpy as np
+from goosedump.gguf import BLOCK_SIZES, GGMLType
 from kernel_paths import matrices   # (benchmarks/: the random matrices kernel_paths.py times)
 
 
@@ -50,6 +51,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2880)
     ap.add_argument("--cols", type=int, default=2880)
     args = ap.parse_args()
+    formats = args.formats.split(",")
+    for fmt in formats:
+        if fmt.upper() not in GGMLType.__members__:
+            ap.error(f"--formats: unknown format {fmt!r}")
+        block = BLOCK_SIZES[GGMLType[fmt.upper()]][0]
+        if args.cols % block:
+            ap.error(f"--cols {args.cols} is not a multiple of {fmt}'s block of {block} values (try --cols 3072)")
     # (the second build registers the same nanobind types again: harmless here)
     warnings.filterwarnings("ignore", message="nanobind: type")
     builds = [load(args.a), load(args.b)]
@@ -57,7 +65,7 @@ def main() -> None:
         m.set_num_threads(args.threads)
     rng = np.random.default_rng(1)
     n, k = args.rows, args.cols
-    for fmt in args.formats.split(","):
+    for fmt in formats:
         for T in map(int, args.tokens.split(",")):
             mats = matrices(fmt, n, k, 1 if (args.in_cache or T > 1) else 24)
             x = rng.standard_normal((T, k)).astype(np.float32)

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from goosedump import _kernels, randblocks
-from goosedump.gguf import GGMLType
+from goosedump.gguf import BLOCK_SIZES, GGMLType
 from goosedump.machine import cpu_name
 
 SHAPES = [("mxfp4", 2880, 2880, 1), ("mxfp4", 2880, 2880, 128), ("q8_0", 4096, 2880, 1), ("q8_0", 4096, 2880, 128)]
@@ -29,7 +29,8 @@ SHAPES = [("mxfp4", 2880, 2880, 1), ("mxfp4", 2880, 2880, 128), ("q8_0", 4096, 2
 def matrices(fmt: str, n: int, k: int, count: int) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     t = GGMLType[fmt.upper()]
-    return [randblocks.blocks(t, rng, n * k // 32, 0.05).reshape(n, -1) for _ in range(count)]
+    per_block = BLOCK_SIZES[t][0]   # (a float type's "block" is one value)
+    return [randblocks.blocks(t, rng, n * k // per_block, 0.05).reshape(n, -1) for _ in range(count)]
 
 
 def main() -> None:
