@@ -9,7 +9,10 @@
    codes are made once for eight tokens, so a token's share is the products,
    the conversion and the scale), with and without the scale's multiplies
    (README, Benchmarks, the Zen 1 section; mxfp4_tiles.cpp times the
-   tiles). x86-64 with AVX2; cycles from core_clock.h, so the figures hold
+   tiles). Last, the 4-lane tile of the cores that split 256-bit operations
+   (row_mxfp4_h<8>) WITH its dependences, alone and finished five ways: what its
+   conversion and its scale's FMA cost beside the products' floor.
+   x86-64 with AVX2; cycles from core_clock.h, so the figures hold
    at whatever clock the core runs.
 
      gcc -O2 benchmarks/native/x86_pipes.c -o x86_pipes && ./x86_pipes */
@@ -115,6 +118,40 @@ static double hz;
   "vmulps %%ymm4, %%ymm0, %%ymm0\n\t" "vfmadd231ps %%ymm5, %%ymm2, %%ymm0\n\t"
 #define NO_SCALES "vaddps %%ymm2, %%ymm0, %%ymm0\n\t"
 
+/* one token's step of row_mxfp4_h<8> (csrc/rows_avx2_halves.h: the tile
+   in 128-bit registers, 4 lanes), the codes in xmm8..11, WITH its
+   dependences, as the kernel chains them: four multiply-adds with their
+   activations from memory, each added into the first; then FINISH, into
+   the token's accumulator (xmm0..7, one per token: eight chains). Apart,
+   the products and adds issue at the one multiply pipe's 4 cycles; what
+   each finish adds to that is the price of the conversion and the scale. */
+#define H_SUMS(off)                                                                                      \
+  "vpmaddwd " #off "(%0), %%xmm8, %%xmm12\n\t" "vpmaddwd " #off "+16(%0), %%xmm9, %%xmm13\n\t"          \
+  "vpaddd %%xmm12, %%xmm13, %%xmm12\n\t" "vpmaddwd " #off "+32(%0), %%xmm10, %%xmm13\n\t"               \
+  "vpaddd %%xmm12, %%xmm13, %%xmm12\n\t" "vpmaddwd " #off "+48(%0), %%xmm11, %%xmm13\n\t"               \
+  "vpaddd %%xmm12, %%xmm13, %%xmm12\n\t"
+#define H_NONE(t)
+#define H_CVT(t) "vcvtdq2ps %%xmm12, %%xmm12\n\t"
+#define H_FMA(t) "vfmadd231ps 2048(%0), %%xmm12, %%xmm" #t "\n\t"
+#define H_KERNEL(t) H_CVT(t) H_FMA(t)
+#define H_CVT_ADD(t) H_CVT(t) "vaddps %%xmm12, %%xmm" #t ", %%xmm" #t "\n\t"
+#define H_MAGIC_FMA(t) "vpaddd 2112(%0), %%xmm12, %%xmm12\n\t" "vsubps 2176(%0), %%xmm12, %%xmm12\n\t" H_FMA(t)
+#define H_TILE(F)                                                                                        \
+  H_SUMS(0) F(0) H_SUMS(64) F(1) H_SUMS(128) F(2) H_SUMS(192) F(3) H_SUMS(256) F(4) H_SUMS(320) F(5)   \
+  H_SUMS(384) F(6) H_SUMS(448) F(7)
+#define H_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm12", "xmm13", "memory"
+#define H_RUN(name, F)                                                                               \
+  do {                                                                                               \
+    double best = 1e30;                                                                              \
+    for (int r = 0; r < 3; ++r) {                                                                    \
+      const double t = now_seconds();                                                                \
+      for (long i = 0; i < LOOPS / 4; ++i) __asm__ volatile(H_TILE(F) H_TILE(F) ::"r"(buf) : H_CLOBBER); \
+      const double s = now_seconds() - t;                                                            \
+      if (s < best) best = s;                                                                        \
+    }                                                                                                \
+    printf("  %-44s %5.2f\n", name, best * hz / (LOOPS / 4) / 16);                                  \
+  } while (0)
+
 int main(void) {
   buf = aligned_alloc(64, 4096);
   for (int i = 0; i < 4096; ++i) buf[i] = 1;
@@ -151,6 +188,14 @@ int main(void) {
   printf("  %-44s %5.2f\n", "cycles per token and block", cycles / 8);
   CYCLES(cycles, TOKEN_PAIR(0, NO_SCALES) TOKEN_PAIR(256, NO_SCALES) TOKEN_PAIR(512, NO_SCALES) TOKEN_PAIR(768, NO_SCALES));
   printf("  %-44s %5.2f\n", "the same without the scales' multiplies", cycles / 8);
+  printf("the tile in 128-bit registers (row_mxfp4_h<8>), a token and block with its dependences, cycles:\n");
+  __asm__ volatile("vpxor %%xmm11, %%xmm11, %%xmm11" ::: "xmm11");
+  H_RUN("products and adds", H_NONE);
+  H_RUN("+ the conversion", H_CVT);
+  H_RUN("+ the scale's FMA (no conversion)", H_FMA);
+  H_RUN("+ both: the kernel's", H_KERNEL);
+  H_RUN("+ the conversion and an add (no scale)", H_CVT_ADD);
+  H_RUN("+ a magic number's add and subtract, the FMA", H_MAGIC_FMA);
   free(buf);
   return 0;
 }
