@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "cpu.h"
 #include "formats.h"
@@ -67,6 +68,10 @@ constexpr float codes_factor_inverse() { return small_codes(F) ? 1.f / 256.f : 1
 
 AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
 
+// A token's accumulator: 8 lanes, or 4 in the halves' form (rows_avx2_halves.h).
+template <bool Narrow>
+using AccOf = std::conditional_t<Narrow, __m128, __m256>;
+
 // A chunk's sums for one token as floats (qt: its 32 activations): each
 // lane the exact int32 sum of four products (codes as load_codes gives them).
 AVX2 inline __m256 block_sums(__m256i first, __m256i second, const int16_t* qt) {
@@ -90,23 +95,34 @@ AVX2 inline __m256 lane_scales(const float* h0, const float* h1) {
 }
 
 // One chunk against TT tokens, into their accumulators (acc: the scaled code
-// sums, 8 lanes each; accm: the minimums' terms); a points at the chunk's
-// run of the tile (act_block); d and m: the chunk's scales and offsets.
-template <Format F, int TT, bool Mins = has_min(F)>
+// sums, 8 lanes each, or 4 in the Narrow form of in_four_lanes formats;
+// accm: the minimums' terms); a points at the chunk's run of the tile
+// (act_block); d and m: the chunk's scales and offsets.
+template <Format F, int TT, bool Mins = has_min(F), bool Narrow = false>
 AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const float m[2], const I16Acts& a,
-                           __m256* acc, float* accm) {
-  __m256i first, second;
-  load_codes<F>(blk, sub, first, second);
+                           AccOf<Narrow>* acc, float* accm) {
   // The scales d[h] * a.d[t] of each half (tile_scales)
   static_assert(F != Format::MXFP4, "MXFP4 runs row_mxfp4 (rows_avx2_i16)");
   constexpr int H = halves_differ(F) ? 2 : 1;
   alignas(32) float scale[H][TT];
   for (int h = 0; h < H; ++h) tile_scales<TT>(d[h], a.d, scale[h]);
-  GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) {
-    acc[t] = _mm256_fmadd_ps(block_sums(first, second, a.q + t * 32), lane_scales<F>(&scale[0][t], &scale[H - 1][t]),
-                             acc[t]);
-    if constexpr (Mins && TT != 8) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
+  if constexpr (Narrow) {
+    static_assert(in_four_lanes(F), "rows_avx2_halves.h: the formats in 4 lanes");
+    const Codes16 k = small_codes_h<F>(blk, sub);
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t)
+      acc[t] = _mm_fmadd_ps(small_sum_h(k, a.q + t * 32), _mm_broadcast_ss(&scale[0][t]), acc[t]);
+  } else {
+    __m256i first, second;
+    load_codes<F>(blk, sub, first, second);
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t)
+      acc[t] = _mm256_fmadd_ps(block_sums(first, second, a.q + t * 32),
+                               lane_scales<F>(&scale[0][t], &scale[H - 1][t]), acc[t]);
+  }
+  if constexpr (Mins && TT != 8) {
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
   }
   if constexpr (Mins && TT == 8) {
     // The minimums' terms of a full tile at once, lane t the scalar
@@ -217,11 +233,15 @@ AVX2 inline void row_mxfp4(const uint8_t* row, size_t n_chunks, const I16Acts& a
 
 // chunk_i16 at one token with the chunk's scales sc (one_token_scales), no
 // minimums: the same operations.
-template <Format F>
-AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], const int16_t* q, __m256& acc) {
-  __m256i first, second;
-  load_codes<F>(blk, sub, first, second);
-  acc = _mm256_fmadd_ps(block_sums(first, second, q), lane_scales<F>(&sc[0], &sc[1]), acc);
+template <Format F, bool Narrow = false>
+AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], const int16_t* q, AccOf<Narrow>& acc) {
+  if constexpr (Narrow) {
+    acc = _mm_fmadd_ps(small_sum_h(small_codes_h<F>(blk, sub), q), _mm_broadcast_ss(&sc[0]), acc);
+  } else {
+    __m256i first, second;
+    load_codes<F>(blk, sub, first, second);
+    acc = _mm256_fmadd_ps(block_sums(first, second, q), lane_scales<F>(&sc[0], &sc[1]), acc);
+  }
 }
 
 // One row against TT tokens. One accumulator per token whatever the tile:
@@ -230,12 +250,12 @@ AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], cons
 // template parameter so that the chunk loop carries no branch; small tiles
 // unroll two chunks (large ones would run out of registers). Super-blocks
 // unpack their scales once for their eight chunks.
-template <Format F, int TT>
+template <Format F, int TT, bool Narrow = false>
 AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
-  __m256 acc[TT];
+  AccOf<Narrow> acc[TT];
   float accm[TT];
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps(), accm[t] = 0.f;
+  for (int t = 0; t < TT; ++t) acc[t] = AccOf<Narrow>{}, accm[t] = 0.f;
   auto at = [&](size_t c) { return acts_from(a, c * TT); };   // chunk c's activations (act_block)
   if constexpr (block_values(F) == 256) {
     float d[8][2], m[8][2];
@@ -248,10 +268,10 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
       if constexpr (TT == 1 && (!has_min(F) || mins_apart)) {
         alignas(32) float sc[8][2];
         one_token_scales(d, a.d + c0, sc);
-        for (int sub = 0; sub < 8; ++sub) chunk1_i16<F>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[0]);
+        for (int sub = 0; sub < 8; ++sub) chunk1_i16<F, Narrow>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[0]);
       } else {
         for (int sub = 0; sub < 8; ++sub)
-          chunk_i16<F, TT, has_min(F) && !mins_apart>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+          chunk_i16<F, TT, has_min(F) && !mins_apart, Narrow>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
       }
     }
     // The same terms in the same order into their own sum (the row's sum is
@@ -272,7 +292,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
         eight_block_scales<F>(blk, a.d + c, sc);
         for (int j = 0; j < 8; ++j) {
           prefetch_ahead(blk + j * block_bytes(F), block_bytes(F));
-          chunk1_i16<F>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);
+          chunk1_i16<F, Narrow>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);
         }
       }
     }
@@ -283,19 +303,22 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
         const uint8_t* blk = row + c * block_bytes(F);
         prefetch_ahead(blk, block_bytes(F));
         block_scales<F>(blk, d, m);
-        chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+        chunk_i16<F, TT, has_min(F), Narrow>(blk, 0, d, m, at(c), acc, accm);
       }
     } else {
 #pragma GCC unroll 1
       for (; c < n_chunks; ++c) {
         const uint8_t* blk = row + c * block_bytes(F);
         block_scales<F>(blk, d, m);
-        chunk_i16<F, TT>(blk, 0, d, m, at(c), acc, accm);
+        chunk_i16<F, TT, has_min(F), Narrow>(blk, 0, d, m, at(c), acc, accm);
       }
     }
   }
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) out[t] = hsum_avx2(acc[t]) * codes_factor_inverse<F>() + accm[t];
+  for (int t = 0; t < TT; ++t) {
+    if constexpr (Narrow) out[t] = hsum_sse(acc[t]) * codes_factor_inverse<F>() + accm[t];
+    else out[t] = hsum_avx2(acc[t]) * codes_factor_inverse<F>() + accm[t];
+  }
 }
 
 // MXFP4's full tiles (kTokenTile tokens) over rows [n0, n1): a the tile's
@@ -400,6 +423,8 @@ void rows_avx2_i16_as(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K
                         row_mxfp4<decltype(TT)::value, Narrow>(args...);
                       else if constexpr (Narrow && decltype(F)::value == Format::Q8_0)
                         row_q8_0_h<decltype(TT)::value>(args...);
+                      else if constexpr (Narrow && in_four_lanes(decltype(F)::value))
+                        row_tile_i16<decltype(F)::value, decltype(TT)::value, true>(args...);
                       else
                         row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);
                     });

@@ -1,18 +1,20 @@
 """The AVX2 kernels' forms for cores that split each 256-bit operation in
-two (AMD Zen 1: MXFP4's and Q8_0's rows in 128-bit registers), on any
-AVX2 CPU: GOOSEDUMP_AVX2_HALVES=1 and =0 choose the form
-in two processes, each computing the same products (every format, since the
-halves' dispatch sits in front of them all; one to 48 tokens; rows of 1 to
-90 blocks, odd and even, with and without the 8-block runs and the
+two (AMD Zen 1: MXFP4's, Q8_0's and the one-scale small codes' rows in
+128-bit registers), on any AVX2 CPU: GOOSEDUMP_AVX2_HALVES=1 and =0 choose
+the form in two processes, each computing the same products (every format,
+since the halves' dispatch sits in front of them all; one to 48 tokens; rows
+of 1 to 90 blocks, odd and even, with and without the 8-block runs and the
 stretched tiles).
 
-- Every format but MXFP4 and Q8_0 gives the 256-bit form's bits.
-- MXFP4 and Q8_0 have an arithmetic of their own in the halves' form (4
-  lanes, each block's lane sums scaled into the accumulators one block
-  after another): their products equal, bit for bit, that arithmetic
-  written out in numpy from the activations' int16 rounding on (float32
-  steps, each rounded as the kernel rounds it, the fused multiply-add's
-  once).
+- Every other format gives the 256-bit form's bits.
+- MXFP4, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q4_K have an arithmetic of their
+  own in the halves' form (4 lanes, each block's lane sums scaled into the
+  accumulators one block after another): their products equal, bit for bit,
+  that arithmetic written out in numpy from the activations' int16 rounding
+  on (float32 steps, each rounded as the kernel rounds it, the fused
+  multiply-add's once). The formats with minimums are checked so on blocks
+  whose minimums are zero (their terms, the same steps in both forms, are
+  then zero), and like every format on blocks with minimums below.
 - In both forms every token's products are the same bits alone as in its
   batch, and every product is within the int16 bound of float64."""
 import os
@@ -48,6 +50,17 @@ for fmt in _kernels.formats():
             _kernels.dequantize(fmt, raw.reshape(-1), w.reshape(-1), "generic")
             key = f"{fmt} {blocks} {t}"
             out[key], out[key + " alone"], out[key + " x"], out[key + " w"], out[key + " raw"] = y, alone, x, w, raw
+            if fmt in ("q4_1", "q5_1", "q4_k") and t in (1, 8, 19):
+                # the same blocks with zero minimums (bytes 2..3: m, or the
+                # super-block's dmin)
+                raw = raw.copy()
+                raw.reshape(-1, BLOCK_SIZES[GGMLType[fmt.upper()]][1])[:, 2:4] = 0
+                y, w = np.empty_like(y), np.empty_like(w)
+                _kernels.matmul(fmt, raw, x, y, None, "avx2", "i16")
+                _kernels.dequantize(fmt, raw.reshape(-1), w.reshape(-1), "generic")
+                key += " m0"
+                out[key], out[key + " w"], out[key + " raw"], out[key + " x"] = y, w, raw, x
+                out[key + " alone"] = y      # (each token alone: checked with the minimums above)
 np.savez(sys.argv[1], **out)
 """
 EXTRA = (" alone", " x", " w", " raw")
@@ -132,6 +145,63 @@ def halves_q8_0(raw: np.ndarray, x: np.ndarray) -> np.ndarray:
     return (acc[..., 0] + acc[..., 2]) + (acc[..., 1] + acc[..., 3]) + np.float32(0)
 
 
+SMALL = ("q4_0", "q4_1", "q5_0", "q5_1", "q4_k")   # rows_avx2_halves.h's in_four_lanes
+
+
+def small_codes_and_scales(fmt: str, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A one-scale small-code format's integer codes (rows, chunks, 32) and
+    each chunk's scale as float32 (rows, chunks), from the block layouts of
+    ggml's spec (minimums left out)."""
+    def half(b: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(b).view(np.float16)[..., 0].astype(np.float32)
+
+    def nibbles(qs: np.ndarray) -> np.ndarray:   # codes 0..15 the low nibbles, 16..31 the high
+        return np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.int64)
+
+    n = raw.shape[0]
+    if fmt == "q4_k":
+        b = raw.reshape(n, -1, 144)
+        q = b[:, :, 4:16].astype(np.int64)
+        sc = np.concatenate([q[..., 0:4] & 63, (q[..., 8:12] & 15) | ((q[..., 0:4] >> 6) << 4)], axis=-1)
+        d = half(b[:, :, 0:2])[..., None] * sc.astype(np.float32)           # (rows, super-blocks, 8): exact
+        qs = b[:, :, 16:].reshape(n, -1, 4, 32).astype(np.int64)
+        codes = np.stack([qs & 15, qs >> 4], axis=3)                          # chunk 2j: low nibbles, 2j + 1: high
+        return codes.reshape(n, -1, 32), d.reshape(n, -1)
+    size = {"q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24}[fmt]
+    b = raw.reshape(n, -1, size)
+    d = half(b[:, :, 0:2])
+    if fmt in ("q4_0", "q4_1"):
+        codes = nibbles(b[:, :, size - 16:]) - (8 if fmt == "q4_0" else 0)
+    else:
+        at = 2 if fmt == "q5_0" else 4
+        qh = np.ascontiguousarray(b[:, :, at:at + 4]).view("<u4")[..., 0].astype(np.int64)
+        fifth = (qh[..., None] >> np.arange(32)) & 1
+        codes = nibbles(b[:, :, at + 4:]) + 16 * fifth - (16 if fmt == "q5_0" else 0)
+    return codes, d
+
+
+def halves_small(fmt: str, raw: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The halves' form's arithmetic of the one-scale small-code formats
+    (zero minimums): MXFP4's lanes (i: codes 4i..4i+3 and 16+4i..16+4i+3),
+    each lane's sum exact and 256 times it converted exactly, times the
+    chunk's scale d * 2^-k (exact) added into the lane's float32 accumulator
+    by one fused multiply-add, chunk after chunk; the row's sum (l0 + l2) +
+    (l1 + l3), over 256."""
+    T = x.shape[0]
+    codes, d = small_codes_and_scales(fmt, raw)
+    q, k = int16_activations(x)
+    nb = q.shape[1]
+    N = codes.shape[0]
+    sums = np.einsum("tbhle,nbhle->tnbl", q.reshape(T, nb, 2, 4, 4), codes[:, :nb].reshape(N, nb, 2, 4, 4))
+    lanes = (256 * sums).astype(np.float32)
+    assert np.array_equal(lanes.astype(np.float64), 256.0 * sums)                 # exact
+    scale = d[None, :, :nb] * (2.0 ** -k).astype(np.float32)[:, None]            # (T, N, chunks)
+    acc = np.zeros((T, N, 4), np.float32)
+    for c in range(nb):
+        acc = fma32(acc, lanes[:, :, c], np.repeat(scale[:, :, c, None], 4, axis=2))
+    return ((acc[..., 0] + acc[..., 2]) + (acc[..., 1] + acc[..., 3])) * np.float32(1 / 256) + np.float32(0)
+
+
 def test_fma32_rounds_once():
     """The emulation against exact rationals: random cases, and cases whose
     float64 sum is a float32 midpoint that the exact value is not (1 +
@@ -171,13 +241,27 @@ def test_each_form_and_its_arithmetic(tmp_path):
     assert halves.pop("halves") and not wide.pop("halves")    # the variable chose the form
     keys = [k for k in halves if not k.endswith(EXTRA)]
     assert len(keys) > 200 and keys == [k for k in wide if not k.endswith(EXTRA)]
-    differ = 0
+    differ, checked = 0, set()
     for key in keys:
-        if key.startswith(("mxfp4 ", "q8_0 ")):
-            arithmetic = halves_mxfp4 if key.startswith("mxfp4 ") else halves_q8_0
+        fmt = key.split()[0]
+        if fmt in SMALL and (key.endswith(" m0") or fmt in ("q4_0", "q5_0")):
+            # the codes and scales as read here times the codes give the
+            # generic dequantizer's weights (with the minimums zero)
+            codes, d = small_codes_and_scales(fmt, halves[key + " raw"])
+            w = (codes * d[..., None]).reshape(codes.shape[0], -1)[:, :halves[key + " w"].shape[1]]
+            np.testing.assert_array_equal(w, halves[key + " w"], err_msg=key)
+            expect = halves_small(fmt, halves[key + " raw"], halves[key + " x"])
+            np.testing.assert_array_equal(halves[key].view(np.uint32), expect.view(np.uint32), err_msg=key)
+            differ += not np.array_equal(halves[key], wide[key])
+            checked.add(fmt)
+        elif fmt in SMALL:
+            pass   # minimums: the bound and batch invariance below
+        elif fmt in ("mxfp4", "q8_0"):
+            arithmetic = halves_mxfp4 if fmt == "mxfp4" else halves_q8_0
             expect = arithmetic(halves[key + " raw"], halves[key + " x"])
             np.testing.assert_array_equal(halves[key].view(np.uint32), expect.view(np.uint32), err_msg=key)
             differ += not np.array_equal(halves[key], wide[key])
+            checked.add(fmt)
         else:
             np.testing.assert_array_equal(halves[key].view(np.uint32), wide[key].view(np.uint32), err_msg=key)
         for form in (halves, wide):
@@ -189,6 +273,7 @@ def test_each_form_and_its_arithmetic(tmp_path):
             blocks = np.abs(x).reshape(x.shape[0], -1, 32).max(axis=2)
             bound = 2.0 ** -15 * np.repeat(blocks, 32, axis=1) @ np.abs(w).T + 1e-5 * (np.abs(x) @ np.abs(w).T)
             assert np.all(np.abs(form[key] - exact) <= bound), key
+    assert checked == {"mxfp4", "q8_0", *SMALL}
     assert differ > 20     # the two forms' arithmetics are not the same ones
 
 
