@@ -264,6 +264,19 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
       const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
       if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
+      if constexpr (Narrow && F == Format::Q4_K && TT == 1) {
+        // The halves' one token takes the eight chunks' scales d sc_j a.d
+        // alone (the same two products as below, in one vector), not their
+        // minimums nor each scale twice: Zen 1 splits the lane-crossing
+        // shuffles that store_twice and one_token_scales use into 8
+        // operations each
+        uint32_t s[4];
+        k4_fields(blk, s);
+        alignas(32) float sc[8];
+        _mm256_store_ps(sc, _mm256_mul_ps(scaled_bytes(s, blk, half_avx2), _mm256_loadu_ps(a.d + c0)));
+        for (int sub = 0; sub < 8; ++sub) chunk1_i16<F, Narrow>(blk, sub, &sc[sub], a.q + 32 * (c0 + sub), acc[0]);
+        continue;
+      }
       superblock_scales_avx2<F>(blk, d, m, half_avx2);
       if constexpr (TT == 1 && (!has_min(F) || mins_apart)) {
         alignas(32) float sc[8][2];
