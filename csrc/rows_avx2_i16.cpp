@@ -6,7 +6,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <type_traits>
 
 #include "cpu.h"
 #include "formats.h"
@@ -69,8 +68,18 @@ constexpr float codes_factor_inverse() { return small_codes(F) ? 1.f / 256.f : 1
 AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
 
 // A token's accumulator: 8 lanes, or 4 in the halves' form (rows_avx2_halves.h).
+// (Not std::conditional_t: a vector type as a template argument loses its
+// attributes, which GCC warns of.)
 template <bool Narrow>
-using AccOf = std::conditional_t<Narrow, __m128, __m256>;
+struct Acc {
+  using type = __m256;
+};
+template <>
+struct Acc<true> {
+  using type = __m128;
+};
+template <bool Narrow>
+using AccOf = typename Acc<Narrow>::type;
 
 // A chunk's sums for one token as floats (qt: its 32 activations): each
 // lane the exact int32 sum of four products (codes as load_codes gives them).
@@ -294,11 +303,14 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     if constexpr (mins_apart) mins_pass<F, 1>(row, n_chunks, a, accm);
   } else {
     size_t c = 0;
-    if constexpr (TT == 1 && (F == Format::Q4_0 || F == Format::Q5_0 || F == Format::IQ4_NL)) {
+    if constexpr (TT == 1 && (F == Format::Q4_0 || F == Format::Q5_0 || F == Format::IQ4_NL ||
+                              F == Format::Q4_1 || F == Format::Q5_1)) {
       // one token, eight chunks at a time: their scales d * a.d by one vector
       // conversion and multiply (eight_block_scales): one token, 2 threads,
       // from memory, Q4_0 1.20x, IQ4_NL 1.17x, Q5_0 1.13x (Q8_0, at the
-      // bandwidth already, 0.97-0.99x: it keeps the loop below)
+      // bandwidth already, 0.97-0.99x: it keeps the loop below); Q4_1's and
+      // Q5_1's minimums' terms too (eight_min_terms: the same steps, added
+      // in chunk order)
       for (; c + 8 <= n_chunks; c += 8) {
         const uint8_t* blk = row + c * block_bytes(F);
         float sc[8];
@@ -306,6 +318,11 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
         for (int j = 0; j < 8; ++j) {
           prefetch_ahead(blk + j * block_bytes(F), block_bytes(F));
           chunk1_i16<F, Narrow>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);
+        }
+        if constexpr (has_min(F)) {
+          float terms[8];
+          eight_min_terms(eight_block_halves<F>(blk, 2), a, c, terms);
+          for (int j = 0; j < 8; ++j) accm[0] += terms[j];
         }
       }
     }

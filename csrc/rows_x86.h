@@ -134,11 +134,14 @@ AVX2 inline void one_token_scales(const float d[8][2], const float* ad, float sc
 // converts it; the products chunk_i16 forms one at a time), by one vector
 // conversion and multiply.
 template <Format F>
-AVX2 inline void eight_block_scales(const uint8_t* blk, const float* ad, float sc[8]) {
+AVX2 inline __m256 eight_block_halves(const uint8_t* blk, int at) {   // the fp16 at byte `at` of each
   uint16_t h[8];
-  for (int j = 0; j < 8; ++j) std::memcpy(&h[j], blk + j * block_bytes(F), 2);
-  _mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))),
-                                     _mm256_loadu_ps(ad)));
+  for (int j = 0; j < 8; ++j) std::memcpy(&h[j], blk + j * block_bytes(F) + at, 2);
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+template <Format F>
+AVX2 inline void eight_block_scales(const uint8_t* blk, const float* ad, float sc[8]) {
+  _mm256_storeu_ps(sc, _mm256_mul_ps(eight_block_halves<F>(blk, 0), _mm256_loadu_ps(ad)));
 }
 
 // One block's scale for each of a tile's TT tokens, d * ad[t] (as the
@@ -275,17 +278,23 @@ AVX2 inline float half_x86(uint16_t h) { return _cvtsh_ss(h); }
 // m s1) d, in its own steps: the bits of the chunk-by-chunk sums. One at a
 // time in the products' loop they had cost 4.4 of its 15 cycles per chunk
 // (one-token Q4_K, AVX2, AMD EPYC Zen 2).
+// One token, eight consecutive chunks from c0 on (mv: their minimums, chunk
+// j in lane j; the halves' minimums equal): their minimums' terms, lane j
+// chunk j's scalar expression, (m s0 + m s1) d, in its own steps.
+AVX2 inline void eight_min_terms(__m256 mv, const I16Acts& a, size_t c0, float terms[8]) {
+  const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0)));
+  const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0 + 8)));
+  const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm256_storeu_ps(terms, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)),
+                                        _mm256_loadu_ps(a.d + c0)));
+}
+
 template <Format F, int Ways>
 AVX2 inline void mins_pass(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* sums) {
   for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
-    const __m256 mv = k4_minimums(row + (c0 / 8) * block_bytes(F), half_x86);
-    const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0)));
-    const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0 + 8)));
-    const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
-    const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
-    alignas(32) float terms[8];
-    _mm256_store_ps(terms, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)),
-                                         _mm256_loadu_ps(a.d + c0)));
+    float terms[8];
+    eight_min_terms(k4_minimums(row + (c0 / 8) * block_bytes(F), half_x86), a, c0, terms);
     for (int j = 0; j < 8; ++j) sums[j % Ways] += terms[j];
   }
 }
