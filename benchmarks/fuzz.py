@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import resource
 import sys
 import tempfile
 
@@ -42,6 +43,12 @@ def seeds(target: str, folder: str) -> tuple[list[bytes], bytes | None]:
 
 
 def main() -> int:
+    # libFuzzer's memory limit reads the peak RSS (getrusage), which Linux
+    # carries over from the parent through fork and exec: run from a test
+    # suite's 2 GB process, a target started past libFuzzer's default 2048 MB
+    # limit and was "out of memory" before its first input. The limit is
+    # those 2048 MB above what this process inherited.
+    inherited_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", required=True, choices=["gguf", "gguf-split", "kernels", "tokenizer"])
     ap.add_argument("--seconds", type=int, default=60)
@@ -91,7 +98,7 @@ def main() -> int:
             raise
     max_len = max(len(s) for s in seed_list) + 4096
     atheris.Setup([sys.argv[0], f"-max_total_time={seconds}", f"-max_len={max_len}", "-print_final_stats=1",
-                   f"-artifact_prefix={work}/",
+                   f"-artifact_prefix={work}/", f"-rss_limit_mb={2048 + inherited_mb}",
                    "-timeout=20", corpus_in, *rest], one)
     atheris.Fuzz()
     return 0

@@ -108,9 +108,10 @@ def avx512_check(tmp_path_factory) -> Path:
         procs.append(subprocess.Popen([CXX, *flags, "-c", str(src), "-o", str(obj)], stderr=subprocess.PIPE,
                                       text=True))
         objs.append(str(obj))
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
+    # every compiler's pipe read and closed before any failure is reported
+    errors = [(p.communicate(timeout=600)[1], p.returncode) for p in procs]
+    for err, code in errors:
+        assert code == 0, err
     exe = out / "avx512_check"
     subprocess.run([CXX, "-pthread", *objs, "-o", str(exe)], check=True, timeout=300)
     return exe

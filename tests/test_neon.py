@@ -64,9 +64,10 @@ def neon_check(tmp_path_factory) -> Path:
         procs.append(subprocess.Popen([CXX, *flags, "-c", str(src), "-o", str(obj)], stderr=subprocess.PIPE,
                                       text=True))
         objs.append(str(obj))
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
+    # every compiler's pipe read and closed before any failure is reported
+    errors = [(p.communicate(timeout=600)[1], p.returncode) for p in procs]
+    for err, code in errors:
+        assert code == 0, err
     exe = out / "neon_check"
     subprocess.run([CXX, "-static", "-pthread", *objs, "-o", str(exe)], check=True, timeout=300)
     return exe
@@ -236,9 +237,10 @@ def test_every_source_of_the_extension_compiles_for_aarch64(tmp_path):
     procs = {src.name: subprocess.Popen([CXX, *flags, str(src)], stderr=subprocess.PIPE, text=True)
              for src in sorted(CSRC.glob("*.cpp"))}
     assert "module.cpp" in procs and "rows_neon.cpp" in procs
-    for name, p in procs.items():
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, f"{name}: {err}"
+    # every compiler's pipe read and closed before any failure is reported
+    errors = {name: (p.communicate(timeout=600)[1], p.returncode) for name, p in procs.items()}
+    for name, (err, code) in errors.items():
+        assert code == 0, f"{name}: {err}"
 
 
 def test_the_check_builds_from_the_extensions_sources():
