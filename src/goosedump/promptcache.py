@@ -48,7 +48,7 @@ def model_identity(gguf, activations: str) -> str:
     precision."""
     path = _kernels.active_impl()
     if path == "avx2" and _kernels.cpu_splits_256():
-        path += " halves"    # (MXFP4's arithmetic of its own there)
+        path += " halves"    # (MXFP4's, Q8_0's and the one-scale small codes' arithmetic of their own there)
     h = hashlib.sha256(f"goosedump {__version__} numerics={_kernels.NUMERICS} path={path} "
                        f"activations={activations}".encode())
     for part in gguf.parts:
