@@ -271,13 +271,6 @@ AVX2 inline __m256 k4_minimums(const uint8_t* b, Half half) {
 
 AVX2 inline float half_x86(uint16_t h) { return _cvtsh_ss(h); }
 
-// One token of Q4_K or Q5_K (a: its activations): the minimums' terms of a
-// row's chunks, in a pass after the products, into sums[c % Ways] in chunk
-// order (AVX2: one sum; AVX-512: one per chunk parity, as its products).
-// Lane j of a super-block's vector is chunk j's scalar expression, (m s0 +
-// m s1) d, in its own steps: the bits of the chunk-by-chunk sums. One at a
-// time in the products' loop they had cost 4.4 of its 15 cycles per chunk
-// (one-token Q4_K, AVX2, AMD EPYC Zen 2).
 // One token, eight consecutive chunks from c0 on (mv: their minimums, chunk
 // j in lane j; the halves' minimums equal): their minimums' terms, lane j
 // chunk j's scalar expression, (m s0 + m s1) d, in its own steps.
@@ -290,6 +283,13 @@ AVX2 inline void eight_min_terms(__m256 mv, const I16Acts& a, size_t c0, float t
                                         _mm256_loadu_ps(a.d + c0)));
 }
 
+// One token of Q4_K or Q5_K (a: its activations): the minimums' terms of a
+// row's chunks, in a pass after the products, into sums[c % Ways] in chunk
+// order (AVX2: one sum; AVX-512: one per chunk parity, as its products).
+// Lane j of a super-block's vector is chunk j's scalar expression, (m s0 +
+// m s1) d, in its own steps: the bits of the chunk-by-chunk sums. One at a
+// time in the products' loop they had cost 4.4 of its 15 cycles per chunk
+// (one-token Q4_K, AVX2, AMD EPYC Zen 2).
 template <Format F, int Ways>
 AVX2 inline void mins_pass(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* sums) {
   for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
