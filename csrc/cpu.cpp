@@ -3,6 +3,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -38,6 +42,30 @@ bool cpu_has_avx512() {
 #else
   return false;
 #endif
+}
+
+bool cpu_has_amx() {
+  static const bool has = [] {
+    const char* off = std::getenv("GOOSEDUMP_AMX");
+    if (off != nullptr && off[0] == '0') return false;
+#if defined(GOOSEDUMP_AVX512_EMULATED)
+    return cpu_has_avx512();   // tests/test_avx512.py: amx.h computes the tiles' instructions
+#elif defined(__linux__) && defined(__x86_64__)
+    unsigned a, b, c, d;
+    // leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE; the OS's XCR0 bits 17
+    // and 18 (the tiles' configuration and data), then the permission
+    if (!cpu_has_avx512() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24)))
+      return false;
+    unsigned lo, hi;
+    asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return has;
 }
 
 bool cpu_splits_256() {

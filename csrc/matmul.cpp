@@ -45,6 +45,12 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
       split_acts_avx512(f, q.data(), d.data(), e.data(), split.size(), split.data());
       split_format = f;
     }
+    if (amx_products(f, impl, T)) {
+      const size_t nbp = grouped_blocks(K / kBlock), tiles = (T + kAmxTokens - 1) / kAmxTokens;
+      amx.resize(tiles * nbp * 2 * kAmxTokens * 32);
+      amx_e.resize(tiles * nbp * kAmxTokens);
+      amx_acts(q.data(), e.data(), T, K / kBlock, amx.data(), amx_e.data());
+    }
 #endif
     if (has_min(f))   // the sum of each half block's codes: the minimums' terms need it
       for (size_t i = 0; i < 2 * T * K / kBlock; ++i) {
@@ -57,14 +63,20 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
   }
 }
 
+bool amx_products(Format f, Impl impl, size_t T) {
+  return f == Format::MXFP4 && impl == Impl::Avx512 && T >= kAmxTokens && cpu_has_amx();
+}
+
 void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
                  float* Y, size_t ldy, const float* bias, Impl impl) {
   if (a.acts == Acts::I16) {
     if (a.even_odd != even_odd_acts(f, impl) || a.grouped != grouped_acts(f, impl))
       throw std::logic_error(std::string("matmul_rows: activations quantized for another path than ") +
                              impl_name(impl));
+    const bool amx = !a.amx.empty() && f == Format::MXFP4;
     const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data(), a.even_odd,
-                    a.split.empty() || a.split_format != f ? nullptr : a.split.data()};
+                    a.split.empty() || a.split_format != f ? nullptr : a.split.data(), amx ? a.amx.data() : nullptr,
+                    amx ? a.amx_e.data() : nullptr};
 #ifdef GD_X86
     if (impl == Impl::Avx512) return rows_avx512_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
     if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "cpu.h"
@@ -83,6 +84,33 @@ struct alignas(64) SplitGroup {
 // 3 tokens measured 0.91-0.95x of the grouped form; from 4 on, row pairs).
 constexpr size_t split_tokens(Format f) { return f == Format::MXFP4 ? 3 : f == Format::Q8_0 ? 2 : 0; }
 
+// MXFP4's products of at least kAmxTokens tokens on the AVX-512 path run on
+// AMX's tiles where the CPU has them (cpu_has_amx; rows_amx.cpp), reading
+// the grouped activations also in AMX's form: per tile of 16 tokens and
+// block, two tiles of 16 rows of 64 bytes (amx, bf16 words), the first the
+// low bytes lo of the block's int16 codes q = 256 hi + lo, the second 256
+// hi, row i holding codes 2i and 2i + 1 of each token in turn (tdpbf16ps's
+// pairs); and amx_e[(tile nb + b) 16 + token]: the grouped e plus 8, as a
+// float. A last tile's missing tokens are zeros.
+constexpr size_t kAmxTokens = 16;
+bool amx_products(Format f, Impl impl, size_t T);
+
+// An allocator of 64-byte aligned storage: AMX's tile loads of rows that
+// straddle two cache lines ran 6x slower (Intel Xeon with AMX).
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  LineAligned() = default;
+  template <class U>
+  LineAligned(const LineAligned<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const LineAligned<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const LineAligned<U>&) const { return false; }
+};
+
 // Activations in the form a product with weights of format f reads: fp32 as
 // given, or the I16 form (quantized once, shared by every row; even/odd
 // where even_odd_acts says so).
@@ -98,6 +126,8 @@ struct ActView {
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
   std::vector<SplitGroup> split;   // up to split_tokens(f) tokens, grouped: the codes split into bytes
   Format split_format{};           // (the format whose offset and scales it holds)
+  std::vector<uint16_t, LineAligned<uint16_t>> amx;   // MXFP4's many tokens on AMX (amx_products): AMX's form
+  std::vector<float, LineAligned<float>> amx_e;
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
   // The form a format's products read activations in on the path impl
   // (resolved): fp32, int16 (with half-block sums or without, in natural,

@@ -17,6 +17,7 @@ Missing tools fail the test with the command that installs them: never a skip.""
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -34,7 +35,7 @@ CXX = "g++"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 # The files whose intrinsics the emulated build maps to SIMDe's (the .cpp files
 # are compiled with that map; the header is included by rows_avx512_grouped.cpp).
-AVX512_FILES = ("rows_avx512.cpp", "rows_avx512_grouped.cpp", "rows_avx512_groups.h", "rows_avx512.h")
+AVX512_FILES = ("rows_avx512.cpp", "rows_avx512_grouped.cpp", "rows_avx512_groups.h", "rows_avx512.h", "rows_amx.cpp")
 INSTALL = "apt-get install libsimde-dev"
 SHAPES = [(1, 32, 1), (5, 64, 3), (7, 96, 5), (6, 160, 2), (4, 224, 11), (9, 224, 17), (17, 256, 8), (9, 512, 9),
           (33, 2880, 13), (6, 2880, 21)]
@@ -117,10 +118,11 @@ def avx512_check(tmp_path_factory) -> Path:
     return exe
 
 
-def run_cases(exe: Path, cases: bytes, tmp_path: Path) -> bytes:
+def run_cases(exe: Path, cases: bytes, tmp_path: Path, **env) -> bytes:
     src, dst = tmp_path / "cases.bin", tmp_path / "out.bin"
     src.write_bytes(cases)
-    r = subprocess.run([str(exe), str(src), str(dst)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([str(exe), str(src), str(dst)], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, **env})
     assert r.returncode == 0, r.stderr
     return dst.read_bytes()
 
@@ -225,6 +227,39 @@ def test_exact_float_steps_make_every_path_agree_bit_for_bit(avx512_check, tmp_p
         np.testing.assert_array_equal(path[fine], exact[fine].astype(np.float32), err_msg=what)
         np.testing.assert_array_equal(ref[fine], exact[fine].astype(np.float32), err_msg=what)
         assert np.abs(exact[fine]).max() > 1, what
+
+
+# MXFP4 products that take AMX's tiles (16 tokens and more): rows past a
+# tile of 16 and short of one, rows whose blocks fill no whole group of
+# eight (K / 32 = 90, 3) or fewer than one, token tiles cut short.
+AMX_SHAPES = [(16, 256, 16), (37, 2880, 17), (5, 96, 40), (33, 512, 33), (20, 32, 18)]
+
+
+def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path):
+    """MXFP4's products of 16 tokens and more on AMX's tiles (rows_amx.cpp;
+    amx.h computes each tile instruction as Intel's pseudo-code does, on any
+    CPU) equal, bit for bit, the AVX-512 kernels' (the driver again with
+    GOOSEDUMP_AMX=0), and each token alone (decode's kernel) equals it in the
+    batch. Realistic weights and activations, an all-zero block and blocks
+    1000x larger than their neighbours."""
+    rng = np.random.default_rng(21)
+    cases, inputs = [], []
+    for n, k, t in AMX_SHAPES:
+        w = realistic(rng, "mxfp4", n, k)
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        x[0, :32] = 0
+        x[-1, 32:] *= 1e3
+        bias = rng.standard_normal(n).astype(np.float32)
+        cases.append(product_case(FORMATS.index("mxfp4"), w, x, bias, True))
+        inputs.append(("mxfp4", w, x, bias))
+    tiles = run_cases(avx512_check, b"".join(cases), tmp_path)
+    vectors = run_cases(avx512_check, b"".join(cases), tmp_path, GOOSEDUMP_AMX="0")
+    for (fmt, w, x, bias, path, ref, alone, what), (*_, path0, _, alone0, _) in zip(results(tiles, inputs),
+                                                                                   results(vectors, inputs)):
+        assert_same_bits(path0, path, what)     # the tiles' bits are the AVX-512 kernels'
+        assert_same_bits(alone, path, what)     # batch invariance
+        assert_same_bits(alone0, alone, what)
+        assert np.all(np.abs(path - ref) <= 1e-3 * (np.abs(ref) + 1)), what
 
 
 @pytest.mark.parametrize("T,H,KH,d,pos0,window,cap,sinks", ATTENTION_CASES)

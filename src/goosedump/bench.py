@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from . import _kernels
+from .machine import AMX_NOTE, amx_in_use
 from .budget import format_bytes
 from .commands import UsageError, check_threads, load_model, say_budget, write_profile
 from .terminal import print_cache, print_profile
@@ -72,6 +73,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     say_budget(model)
     profile = args.profile or bool(args.profile_out)
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
+    if amx_in_use():
+        log(f"goosedump: {AMX_NOTE}")
     results = []
     for t, p, n in itertools.product(threads, prompts, gens):
         if t is not None:
@@ -87,7 +90,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for r in results:
             if not args.profile:
                 r.pop("profile")
-        out = {"model": model.path, "size_bytes": size, "params": params, "backend": backend, **results[0],
+        out = {"model": model.path, "size_bytes": size, "params": params, "backend": backend, "amx": amx_in_use(),
+               **results[0],
                "results": results}
         print(json.dumps(out))
         return 0

@@ -61,11 +61,12 @@ def inspect_report(path: str, budget: int | str, ctx: int) -> dict:
     mem = estimate_memory(c, lay, budget, ctx, model.options.prefill_tokens)
     tok = model.tokenizer
     from . import _kernels
-    from .machine import cpu_description
+    from .machine import amx_in_use, cpu_description
     return {
         "path": path,
         "cpu": cpu_description(), "kernels": _kernels.active_impl(),
         "avx2_halves": _kernels.cpu_splits_256() and _kernels.active_impl() in ("avx2", "avx512"),
+        "amx": amx_in_use(),
         "architecture": "gpt-oss",
         "name": c.name,
         "open_seconds": round(open_s, 4),
@@ -122,6 +123,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"{h['yarn_beta_slow']:g})")
     halves = ", in 128-bit halves (this core splits 256-bit operations)" if r["avx2_halves"] else ""
     print(f"  kernels: {r['kernels']} on {r['cpu']}{halves} (GOOSEDUMP_ISA=generic|avx2|avx512|neon forces a path)")
+    if r["amx"]:
+        from .machine import AMX_NOTE
+        print(f"  {AMX_NOTE}")
     t = r["tokenizer"]
     print(f"  vocabulary {t['vocab']} ({t['special_tokens']} special), bos {t['bos']}, eos {t['eos']}, "
           f"end of generation {t['end_of_generation']}")

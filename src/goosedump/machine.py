@@ -7,7 +7,16 @@ import os
 import platform
 
 ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512vbmi", "avx_vnni", "avx512_bf16", "amx_tile",
-             "amx_int8", "asimd", "asimddp", "sve")
+             "amx_int8", "amx_bf16", "asimd", "asimddp", "sve")
+AMX_NOTE = ("AMX tiles: MXFP4's products of 16 tokens and more (prefill's experts), the same bits "
+            "(GOOSEDUMP_AMX=0 keeps them off)")
+
+
+def amx_in_use() -> bool:
+    """Whether this run's kernels take AMX's tiles (the AVX-512 path, on a
+    CPU and OS that have them, GOOSEDUMP_AMX not 0)."""
+    from . import _kernels
+    return _kernels.cpu_has_amx() and _kernels.active_impl() == "avx512"
 
 
 def _cpuinfo() -> tuple[str, set[str]]:

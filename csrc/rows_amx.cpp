@@ -1,0 +1,207 @@
+// The AVX-512 path's MXFP4 products of many tokens (prefill's experts) on
+// Intel AMX's tiles (amx.h), with the same bits as rows_grouped's.
+//
+// A block's sum of 32 products is an integer: codes (twice the E2M1 values,
+// -12..12) times int16 activations, |sum| < 2^24. AMX multiplies bf16 pairs
+// into fp32 sums, which hold it exactly when each factor has at most 8
+// significant bits and every partial sum stays below 2^24: the codes do, and
+// an activation q = 256 hi + lo splits into lo (0..255) and 256 hi (hi
+// -128..127), each exact in bf16. So one tile of 16 weight rows (a block's
+// 32 codes each) against two tiles of 16 tokens (their lo and their 256 hi
+// halves), two tdpbf16ps into one zeroed tile, gives each row and token the
+// block's exact sum, the number rows_grouped forms by vpdpwssd. The vector
+// unit then takes it the same way: vscalefps by the weight's scale byte plus
+// the token's exponent (ActView's grouped e, plus 8: these sums are the
+// products once, rows_grouped's 256 times), added into the accumulator of
+// the block's place in its group of eight (rows_grouped's lane pair 2p,
+// 2p + 1), blocks in order; the row's eight accumulators then summed as
+// hsum_rows sums its lanes: ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)).
+#include "rows_avx512.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include "amx.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+namespace gd {
+
+namespace {
+
+constexpr size_t kTile = amx::kRows;          // 16 rows, 16 tokens
+constexpr size_t kHalf = kTile * kTile * 2;   // words of a block's lo or hi tile (16 pairs x 16 tokens x 2)
+static_assert(kHalf * 2 == amx::kRows * amx::kRowBytes);
+#define GD_EACH_ROW _Pragma("GCC unroll 16")   // (a tile's accumulators in registers)
+
+// (exact for the numbers here: integers with at most 8 significant bits)
+inline uint16_t bf16_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t(u >> 16);
+}
+
+// MXFP4's values (kMxfp4Values) as bf16 words, for vpermw.
+struct Bf16Table {
+  alignas(64) uint16_t v[32];
+};
+Bf16Table bf16_table() {
+  Bf16Table t{};
+  for (int i = 0; i < 16; ++i) t.v[i] = bf16_of(float(kMxfp4Values[i]));
+  return t;
+}
+
+// Where block b sits among a row's nbp (padded to whole groups): the blocks
+// of each place in a group (b % 8) together, in order, so that a pass over
+// one place reads its tiles one after another.
+inline size_t slot(size_t b, size_t nbp) { return (b % kGroup) * (nbp / kGroup) + b / kGroup; }
+
+// Rows [0, rows) of a task's 16 (the rest zeros) as bf16 codes: block b's
+// tile of 16 rows at w + slot(b) 512, row r's 32 codes 64 bytes after row
+// r - 1's; each block's scale byte as a float at ew[r nb + b].
+AVX512 void decode_rows(const uint8_t* W, size_t rb, size_t rows, size_t nb, uint16_t* w, float* ew) {
+  static const Bf16Table table = bf16_table();
+  const __m512i tv = _mm512_load_si512(table.v);
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const size_t nbp = grouped_blocks(nb);
+  // block by block in the buffer's order, each tile's 16 rows in turn: the
+  // stores in sequence (row by row, each row's blocks a kilobyte apart, the
+  // decoding took 2.5x as long)
+  for (size_t place = 0; place < kGroup; ++place)
+    for (size_t b = place; b < nb; b += kGroup) {
+      uint16_t* out = w + slot(b, nbp) * 512;
+      for (size_t r = 0; r < kTile; ++r, out += 32) {
+        if (r >= rows) {
+          _mm512_store_si512(out, _mm512_setzero_si512());
+          ew[r * nb + b] = 0.f;
+          continue;
+        }
+        // a block: its scale byte, then 16 bytes whose low nibbles are codes
+        // 0..15 and high nibbles 16..31
+        const uint8_t* blk = W + r * rb + 17 * b;
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+        const __m128i lo = _mm_and_si128(x, low), hi = _mm_and_si128(_mm_srli_epi16(x, 4), low);
+        const __m512i idx = _mm512_cvtepi8_epi16(   // (nibbles: sign extension is zero extension)
+            _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+        _mm512_store_si512(out, _mm512_permutexvar_epi16(idx, tv));
+        ew[r * nb + b] = float(blk[0]);
+      }
+    }
+}
+
+// n values of a thread's scratch, 64-byte aligned (kept between calls).
+template <class T>
+T* scratch(std::vector<T>& v, size_t n) {
+  v.resize(n + 64 / sizeof(T));
+  void* p = v.data();
+  size_t space = v.size() * sizeof(T);
+  return static_cast<T*>(std::align(64, n * sizeof(T), p, space));
+}
+
+// The exact sums of the block in slot s (16 rows x the 16 tokens of a tile,
+// at) into out, by the tiles C, A (the rows' codes), L and H (the tokens' lo
+// and hi).
+using BlockSums = float[kTile][kTile];   // row, token
+template <int C, int A, int L, int H>
+inline void block_sums(const uint16_t* w, const uint16_t* at, size_t s, BlockSums& out) {
+  amx::zero<C>();
+  amx::load<A>(w + s * 512, 64);
+  amx::load<L>(at + s * 2 * kHalf, 64);
+  amx::load<H>(at + s * 2 * kHalf + kHalf, 64);
+  amx::dot_bf16<C, A, L>();
+  amx::dot_bf16<C, A, H>();
+  amx::store<C>(out, 64);
+}
+
+// The i-th block of a pass, into c[i % 2] by the tile set i % 2: a block's
+// products overlap the previous block's scaling.
+inline void pass_block(const uint16_t* w, const uint16_t* at, size_t s, size_t i, BlockSums (&c)[2]) {
+  if (i % 2 == 0) block_sums<0, 1, 2, 3>(w, at, s, c[0]);
+  else block_sums<4, 5, 6, 7>(w, at, s, c[1]);
+}
+
+// A task's 16 decoded rows (w, ew) against one tile of 16 tokens (at, et:
+// its AMX form): sums[r][t], each row's sum over its blocks.
+AVX512 void token_tile(const uint16_t* w, const float* ew, const uint16_t* at, const float* et, size_t nb,
+                       float (&sums)[kTile][kTile]) {
+  const size_t nbp = grouped_blocks(nb);
+  alignas(64) BlockSums c[2];
+  alignas(64) float places[kGroup][kTile][kTile];   // each place's accumulators: place, row, token
+  for (size_t place = 0; place < kGroup; ++place) {
+    __m512 acc[kTile];
+    GD_EACH_ROW
+    for (size_t r = 0; r < kTile; ++r) acc[r] = _mm512_setzero_ps();
+    const size_t blocks = place < nb ? (nb - place + kGroup - 1) / kGroup : 0;
+    if (blocks > 0) pass_block(w, at, slot(place, nbp), 0, c);
+    for (size_t i = 0; i < blocks; ++i) {
+      const size_t b = place + kGroup * i;
+      if (i + 1 < blocks) pass_block(w, at, slot(b + kGroup, nbp), i + 1, c);
+      const BlockSums& x = c[i % 2];
+      const __m512 e = _mm512_load_ps(et + kTile * slot(b, nbp));
+      GD_EACH_ROW
+      for (size_t r = 0; r < kTile; ++r)
+        acc[r] = _mm512_add_ps(acc[r],
+                               _mm512_scalef_ps(_mm512_load_ps(x[r]), _mm512_add_ps(e, _mm512_set1_ps(ew[r * nb + b]))));
+    }
+    GD_EACH_ROW
+    for (size_t r = 0; r < kTile; ++r) _mm512_store_ps(places[place][r], acc[r]);
+  }
+  GD_EACH_ROW
+  for (size_t r = 0; r < kTile; ++r) {
+    __m512 p[kGroup];
+    for (size_t k = 0; k < kGroup; ++k) p[k] = _mm512_load_ps(places[k][r]);
+    _mm512_store_ps(sums[r], _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(p[0], p[4]), _mm512_add_ps(p[2], p[6])),
+                                           _mm512_add_ps(_mm512_add_ps(p[1], p[5]), _mm512_add_ps(p[3], p[7]))));
+  }
+}
+
+}  // namespace
+
+void amx_acts(const int16_t* q, const int32_t* e, size_t T, size_t nb, uint16_t* out, float* out_e) {
+  const size_t nbp = grouped_blocks(nb), tiles = (T + kTile - 1) / kTile;
+  std::memset(out, 0, tiles * nbp * 2 * kHalf * sizeof(uint16_t));   // (a last tile's missing tokens: zeros)
+  std::memset(out_e, 0, tiles * nbp * kTile * sizeof(float));
+  for (size_t t = 0; t < T; ++t) {
+    const size_t u = t / kTile, tok = t % kTile;
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t run = grouped_block(t, b - b % kGroup, T, nbp), p = b % kGroup;
+      const size_t at_slot = u * nbp + slot(b, nbp);
+      uint16_t* lo = out + at_slot * 2 * kHalf;
+      uint16_t* hi = lo + kHalf;
+      for (size_t v = 0; v < 8; ++v)
+        for (size_t i = 0; i < 4; ++i) {
+          const int x = q[(run + v) * kBlock + p * 4 + i];
+          const size_t j = grouped_slot(v, i), at = (j / 2) * 2 * kTile + tok * 2 + j % 2;
+          lo[at] = bf16_of(float(x & 0xFF));
+          hi[at] = bf16_of(float((x >> 8) * 256));
+        }
+      out_e[at_slot * kTile + tok] = float(e[run + p] + 8);
+    }
+  }
+}
+
+AVX512 void rows_amx_mxfp4(const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y,
+                           size_t ldy, const float* bias) {
+  const size_t nb = K / kBlock, nbp = grouped_blocks(nb), rb = row_bytes(Format::MXFP4, K);
+  static thread_local std::vector<uint16_t> w_buf;
+  static thread_local std::vector<float> ew_buf;
+  uint16_t* w = scratch(w_buf, kTile * nbp * 32);
+  float* ew = scratch(ew_buf, kTile * nb);
+  static const amx::TileConfig config;
+  amx::configure(config);
+  alignas(64) float sums[kTile][kTile];
+  for (size_t n = n0; n < n1; n += kTile) {
+    const size_t rows = std::min(kTile, n1 - n);
+    decode_rows(W + n * rb, rb, rows, nb, w, ew);
+    for (size_t t0 = 0; t0 < T; t0 += kTile) {
+      const size_t u = t0 / kTile;
+      token_tile(w, ew, a.amx + u * nbp * 2 * kHalf, a.amx_e + u * nbp * kTile, nb, sums);
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t t = 0; t < std::min(kTile, T - t0); ++t)
+          Y[(t0 + t) * ldy + n + r] = sums[r][t] + (bias ? bias[n + r] : 0.f);
+    }
+  }
+  amx::release();
+}
+
+}  // namespace gd
+#endif
