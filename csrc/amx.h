@@ -13,14 +13,20 @@
 
 namespace gd::amx {
 
-// Palette 1's configuration: every tile 16 rows of 64 bytes.
+// Palette 1's configuration: tile t has rows[t] rows of colsb[t] bytes.
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
   uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
 };
 constexpr size_t kRows = 16, kRowBytes = 64;
+// Every tile 16 rows of 64 bytes (bf16 products: 32 values a row).
+constexpr TileConfig full_tiles() {
+  TileConfig c{};
+  for (int t = 0; t < 8; ++t) c.colsb[t] = kRowBytes, c.rows[t] = kRows;
+  return c;
+}
 
 #ifndef GOOSEDUMP_AVX512_EMULATED
 
@@ -39,28 +45,45 @@ inline void store(void* p, size_t stride) {
 // C += A . B in bf16 pairs, fp32 sums: tdpbf16ps.
 template <int C, int A, int B>
 inline void dot_bf16() { asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B)); }
+// C += A . B in groups of four bytes, int32 sums, A signed and B unsigned
+// (tdpbsud) or both signed (tdpbssd).
+template <int C, int A, int B>
+inline void dot_su8() { asm volatile("tdpbsud %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B)); }
+template <int C, int A, int B>
+inline void dot_ss8() { asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B)); }
 
 #else
 
-// The emulation: each thread's eight tiles as bytes.
+// The emulation: each thread's eight tiles as bytes, and the configuration
+// that shapes them (a tile's bytes past its shape read as zeros, as the
+// instructions' do).
 struct Tiles {
+  TileConfig config;
   alignas(64) uint8_t t[8][kRows][kRowBytes];
 };
 inline Tiles& tiles() {
   static thread_local Tiles s;
   return s;
 }
-inline void configure(const TileConfig&) { std::memset(&tiles(), 0, sizeof(Tiles)); }
+inline void configure(const TileConfig& c) {
+  std::memset(tiles().t, 0, sizeof(tiles().t));
+  tiles().config = c;
+}
 inline void release() {}
 template <int T>
 inline void zero() { std::memset(tiles().t[T], 0, sizeof(tiles().t[T])); }
 template <int T>
 inline void load(const void* p, size_t stride) {
-  for (size_t r = 0; r < kRows; ++r) std::memcpy(tiles().t[T][r], static_cast<const uint8_t*>(p) + r * stride, kRowBytes);
+  auto& s = tiles();
+  std::memset(s.t[T], 0, sizeof(s.t[T]));
+  for (size_t r = 0; r < s.config.rows[T]; ++r)
+    std::memcpy(s.t[T][r], static_cast<const uint8_t*>(p) + r * stride, s.config.colsb[T]);
 }
 template <int T>
 inline void store(void* p, size_t stride) {
-  for (size_t r = 0; r < kRows; ++r) std::memcpy(static_cast<uint8_t*>(p) + r * stride, tiles().t[T][r], kRowBytes);
+  auto& s = tiles();
+  for (size_t r = 0; r < s.config.rows[T]; ++r)
+    std::memcpy(static_cast<uint8_t*>(p) + r * stride, s.t[T][r], s.config.colsb[T]);
 }
 inline float bf16_at(const uint8_t* row, size_t i) {
   uint16_t h;
@@ -70,22 +93,46 @@ inline float bf16_at(const uint8_t* row, size_t i) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
-// Intel's pseudo-code: for each row m, pair k and column n, the two products
-// added to C[m][n] one after the other (every value the kernel meets is an
-// integer below 2^24, where any order is exact).
+// Intel's pseudo-code: for each row m of C, group k of A's row (K = A's
+// bytes a row / 4) and column n (C's bytes a row / 4), the products of A's
+// group k with B's row k at column n added into C[m][n]: bf16 pairs one
+// product after the other (every value the kernels meet is an integer below
+// 2^24, where any order is exact), bytes as four int32 products at once.
 template <int C, int A, int B>
 inline void dot_bf16() {
   auto& s = tiles();
-  for (size_t m = 0; m < kRows; ++m)
-    for (size_t k = 0; k < kRowBytes / 4; ++k)
-      for (size_t n = 0; n < kRowBytes / 4; ++n) {
-        float c;
-        std::memcpy(&c, s.t[C][m] + 4 * n, 4);
-        c += bf16_at(s.t[A][m], 2 * k) * bf16_at(s.t[B][k], 2 * n);
-        c += bf16_at(s.t[A][m], 2 * k + 1) * bf16_at(s.t[B][k], 2 * n + 1);
-        std::memcpy(s.t[C][m] + 4 * n, &c, 4);
+  const TileConfig& c = s.config;
+  for (size_t m = 0; m < c.rows[C]; ++m)
+    for (size_t k = 0; k < c.colsb[A] / 4u; ++k)
+      for (size_t n = 0; n < c.colsb[C] / 4u; ++n) {
+        float v;
+        std::memcpy(&v, s.t[C][m] + 4 * n, 4);
+        v += bf16_at(s.t[A][m], 2 * k) * bf16_at(s.t[B][k], 2 * n);
+        v += bf16_at(s.t[A][m], 2 * k + 1) * bf16_at(s.t[B][k], 2 * n + 1);
+        std::memcpy(s.t[C][m] + 4 * n, &v, 4);
       }
 }
+template <bool BSigned, int C, int A, int B>
+inline void dot_8() {
+  auto& s = tiles();
+  const TileConfig& c = s.config;
+  for (size_t m = 0; m < c.rows[C]; ++m)
+    for (size_t k = 0; k < c.colsb[A] / 4u; ++k)
+      for (size_t n = 0; n < c.colsb[C] / 4u; ++n) {
+        int32_t v;
+        std::memcpy(&v, s.t[C][m] + 4 * n, 4);
+        for (size_t i = 0; i < 4; ++i) {
+          const int32_t a = int8_t(s.t[A][m][4 * k + i]);
+          const uint8_t bb = s.t[B][k][4 * n + i];
+          v += a * (BSigned ? int32_t(int8_t(bb)) : int32_t(bb));
+        }
+        std::memcpy(s.t[C][m] + 4 * n, &v, 4);
+      }
+}
+template <int C, int A, int B>
+inline void dot_su8() { dot_8<false, C, A, B>(); }
+template <int C, int A, int B>
+inline void dot_ss8() { dot_8<true, C, A, B>(); }
 
 #endif
 

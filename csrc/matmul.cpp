@@ -47,9 +47,10 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
     }
     if (amx_products(f, impl, T)) {
       const size_t nbp = grouped_blocks(K / kBlock), tiles = (T + kAmxTokens - 1) / kAmxTokens;
-      amx.resize(tiles * nbp * 2 * kAmxTokens * 32);
+      amx.resize(tiles * nbp * (f == Format::MXFP4 ? 2 : 1) * kAmxTokens * 32);   // (Q8_0's: bytes)
       amx_e.resize(tiles * nbp * kAmxTokens);
-      amx_acts(q.data(), e.data(), T, K / kBlock, amx.data(), amx_e.data());
+      amx_format = f;
+      amx_acts(f, q.data(), d.data(), e.data(), T, K / kBlock, amx.data(), amx_e.data());
     }
 #endif
     if (has_min(f))   // the sum of each half block's codes: the minimums' terms need it
@@ -64,7 +65,7 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
 }
 
 bool amx_products(Format f, Impl impl, size_t T) {
-  return f == Format::MXFP4 && impl == Impl::Avx512 && T >= kAmxTokens && cpu_has_amx();
+  return (f == Format::MXFP4 || f == Format::Q8_0) && impl == Impl::Avx512 && T >= kAmxTokens && cpu_has_amx();
 }
 
 void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
@@ -73,7 +74,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
     if (a.even_odd != even_odd_acts(f, impl) || a.grouped != grouped_acts(f, impl))
       throw std::logic_error(std::string("matmul_rows: activations quantized for another path than ") +
                              impl_name(impl));
-    const bool amx = !a.amx.empty() && f == Format::MXFP4;
+    const bool amx = !a.amx.empty() && a.amx_format == f;
     const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data(), a.even_odd,
                     a.split.empty() || a.split_format != f ? nullptr : a.split.data(), amx ? a.amx.data() : nullptr,
                     amx ? a.amx_e.data() : nullptr};

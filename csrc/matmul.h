@@ -84,14 +84,17 @@ struct alignas(64) SplitGroup {
 // 3 tokens measured 0.91-0.95x of the grouped form; from 4 on, row pairs).
 constexpr size_t split_tokens(Format f) { return f == Format::MXFP4 ? 3 : f == Format::Q8_0 ? 2 : 0; }
 
-// MXFP4's products of at least kAmxTokens tokens on the AVX-512 path run on
-// AMX's tiles where the CPU has them (cpu_has_amx; rows_amx.cpp), reading
-// the grouped activations also in AMX's form: per tile of 16 tokens and
-// block, two tiles of 16 rows of 64 bytes (amx, bf16 words), the first the
-// low bytes lo of the block's int16 codes q = 256 hi + lo, the second 256
-// hi, row i holding codes 2i and 2i + 1 of each token in turn (tdpbf16ps's
-// pairs); and amx_e[(tile nb + b) 16 + token]: the grouped e plus 8, as a
-// float. A last tile's missing tokens are zeros.
+// MXFP4's and Q8_0's products of at least kAmxTokens tokens on the AVX-512
+// path run on AMX's tiles where the CPU has them (cpu_has_amx;
+// rows_amx.cpp), reading the grouped activations also in AMX's form (amx,
+// for amx_format), per tile of 16 tokens and block (blocks in rows_amx.cpp's
+// slot order), from the block's int16 codes q = 256 hi + lo: MXFP4's two
+// tiles of 16 rows of 64 bytes, bf16 words, the first lo, the second 256 hi,
+// row i holding codes 2i and 2i + 1 of each token in turn (tdpbf16ps's
+// pairs); Q8_0's two tiles of 8 rows of 64 bytes, the first the lo bytes,
+// the second the hi bytes, row i holding codes 4i .. 4i + 3 of each token in
+// turn. amx_e[(tile nbp + slot) 16 + token]: MXFP4's grouped e plus 8, as a
+// float; Q8_0's d. A last tile's missing tokens are zeros.
 constexpr size_t kAmxTokens = 16;
 bool amx_products(Format f, Impl impl, size_t T);
 
@@ -128,6 +131,7 @@ struct ActView {
   Format split_format{};           // (the format whose offset and scales it holds)
   std::vector<uint16_t, LineAligned<uint16_t>> amx;   // MXFP4's many tokens on AMX (amx_products): AMX's form
   std::vector<float, LineAligned<float>> amx_e;
+  Format amx_format{};             // (the format whose form it holds)
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
   // The form a format's products read activations in on the path impl
   // (resolved): fp32, int16 (with half-block sums or without, in natural,

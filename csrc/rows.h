@@ -215,12 +215,14 @@ void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
 // format f (MXFP4 or Q8_0: its offset and scales).
 void split_acts_avx512(Format f, const int16_t* q, const float* d, const int32_t* e, size_t groups, SplitGroup* out);
 
-// AMX (rows_amx.cpp): MXFP4's rows [n0, n1) against T tokens from their AMX
-// form (a.amx), the same bits as rows_avx512_grouped's; and that form made
-// from the grouped one (q, e: ActView's; nb blocks per row).
-void rows_amx_mxfp4(const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y,
-                    size_t ldy, const float* bias);
-void amx_acts(const int16_t* q, const int32_t* e, size_t T, size_t nb, uint16_t* out, float* out_e);
+// AMX (rows_amx.cpp): MXFP4's or Q8_0's rows [n0, n1) against T tokens
+// from their AMX form (a.amx), the same bits as rows_avx512_grouped's; and
+// that form for format f made from the grouped one (q, d, e: ActView's; nb
+// blocks per row).
+void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y,
+              size_t ldy, const float* bias);
+void amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
+              float* out_e);
 
 // NEON (rows_neon.cpp); only compiled for and called on AArch64. The int16
 // path is bit for bit rows_generic_i16.

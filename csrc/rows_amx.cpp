@@ -1,5 +1,6 @@
-// The AVX-512 path's MXFP4 products of many tokens (prefill's experts) on
-// Intel AMX's tiles (amx.h), with the same bits as rows_grouped's.
+// The AVX-512 path's MXFP4 and Q8_0 products of many tokens (prefill's
+// experts and attention projections) on Intel AMX's tiles (amx.h), with the
+// same bits as rows_grouped's.
 //
 // A block's sum of 32 products is an integer: codes (twice the E2M1 values,
 // -12..12) times int16 activations, |sum| < 2^24. AMX multiplies bf16 pairs
@@ -16,6 +17,14 @@
 // the block's place in its group of eight (rows_grouped's lane pair 2p,
 // 2p + 1), blocks in order; the row's eight accumulators then summed as
 // hsum_rows sums its lanes: ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)).
+//
+// Q8_0's codes (-128..127) against 256 hi would pass 2^24, so its blocks go
+// through the tiles' int8 products instead: the codes as they are in the
+// weights (a tile's 16 rows loaded straight from the matrix, one block's 32
+// bytes each) against the tokens' lo bytes (unsigned: tdpbsud) and hi bytes
+// (signed: tdpbssd), two int32 sums; 256 times the second plus the first is
+// the block's exact sum, converted and added by rows_grouped's FMA (the
+// weight's fp16 scale times the token's 2^-k).
 #include "rows_avx512.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include "amx.h"
@@ -97,50 +106,101 @@ T* scratch(std::vector<T>& v, size_t n) {
   return static_cast<T*>(std::align(64, n * sizeof(T), p, space));
 }
 
-// The exact sums of the block in slot s (16 rows x the 16 tokens of a tile,
-// at) into out, by the tiles C, A (the rows' codes), L and H (the tokens' lo
-// and hi).
-using BlockSums = float[kTile][kTile];   // row, token
-template <int C, int A, int L, int H>
-inline void block_sums(const uint16_t* w, const uint16_t* at, size_t s, BlockSums& out) {
-  amx::zero<C>();
-  amx::load<A>(w + s * 512, 64);
-  amx::load<L>(at + s * 2 * kHalf, 64);
-  amx::load<H>(at + s * 2 * kHalf + kHalf, 64);
-  amx::dot_bf16<C, A, L>();
-  amx::dot_bf16<C, A, H>();
-  amx::store<C>(out, 64);
+// The tiles of int8 products (Q8_0): tiles 0, 1 and 4, 5 a block's two
+// sums (lo, hi) in the two sets, 2 and 6 its rows (16 rows of 32 bytes), 3
+// and 7 the tokens' lo and hi bytes (8 rows of 64: four bytes of each of 16
+// tokens).
+constexpr amx::TileConfig int8_tiles() {
+  amx::TileConfig c = amx::full_tiles();
+  c.colsb[2] = c.colsb[6] = 32;
+  c.rows[3] = c.rows[7] = 8;
+  return c;
 }
 
-// The i-th block of a pass, into c[i % 2] by the tile set i % 2: a block's
+// A block's sums, 16 rows x the 16 tokens of a tile: MXFP4's one fp32 tile,
+// Q8_0's two int32 ones (its lo and hi bytes' sums).
+template <Format F>
+struct BlockSums {
+  alignas(64) float v[kTile][kTile];
+};
+template <>
+struct BlockSums<Format::Q8_0> {
+  alignas(64) int32_t lo[kTile][kTile], hi[kTile][kTile];
+};
+
+// Where a task's rows are: MXFP4's decoded (w: slot(b) 512 words a block's
+// tile, rows 64 bytes apart), Q8_0's in the matrix (its first row at q,
+// rows rb bytes apart).
+struct TaskRows {
+  const uint16_t* w;
+  const uint8_t* q;
+  size_t rb;
+};
+
+// Block b (in slot s) of a tile of tokens (at: its AMX form) into out, by
+// the tile set C (0 or 4).
+template <Format F, int C>
+inline void block_sums(const TaskRows& rows, const uint16_t* at, size_t b, size_t s, BlockSums<F>& out) {
+  if constexpr (F == Format::MXFP4) {
+    amx::zero<C>();
+    amx::load<C + 1>(rows.w + s * 512, 64);
+    amx::load<C + 2>(at + s * 2 * kHalf, 64);
+    amx::load<C + 3>(at + s * 2 * kHalf + kHalf, 64);
+    amx::dot_bf16<C, C + 1, C + 2>();
+    amx::dot_bf16<C, C + 1, C + 3>();
+    amx::store<C>(out.v, 64);
+  } else {
+    amx::zero<C>();
+    amx::zero<C + 1>();
+    amx::load<C + 2>(rows.q + 34 * b + 2, rows.rb);   // (a block: fp16 scale, then 32 codes)
+    amx::load<3>(at + s * kHalf, 64);
+    amx::load<7>(at + s * kHalf + kHalf / 2, 64);
+    amx::dot_su8<C, C + 2, 3>();
+    amx::dot_ss8<C + 1, C + 2, 7>();
+    amx::store<C>(out.lo, 64);
+    amx::store<C + 1>(out.hi, 64);
+  }
+}
+
+// The i-th block of a pass into c[i % 2] by the tile set i % 2: a block's
 // products overlap the previous block's scaling.
-inline void pass_block(const uint16_t* w, const uint16_t* at, size_t s, size_t i, BlockSums (&c)[2]) {
-  if (i % 2 == 0) block_sums<0, 1, 2, 3>(w, at, s, c[0]);
-  else block_sums<4, 5, 6, 7>(w, at, s, c[1]);
+template <Format F>
+inline void pass_block(const TaskRows& rows, const uint16_t* at, size_t b, size_t s, size_t i, BlockSums<F> (&c)[2]) {
+  if (i % 2 == 0) block_sums<F, 0>(rows, at, b, s, c[0]);
+  else block_sums<F, 4>(rows, at, b, s, c[1]);
 }
 
-// A task's 16 decoded rows (w, ew) against one tile of 16 tokens (at, et:
+// A task's 16 rows (their scales ws: MXFP4's scale bytes, Q8_0's fp16
+// scales, as floats, ws[r nb + b]) against one tile of 16 tokens (at, et:
 // its AMX form): sums[r][t], each row's sum over its blocks.
-AVX512 void token_tile(const uint16_t* w, const float* ew, const uint16_t* at, const float* et, size_t nb,
+template <Format F>
+AVX512 void token_tile(const TaskRows& rows, const float* ws, const uint16_t* at, const float* et, size_t nb,
                        float (&sums)[kTile][kTile]) {
   const size_t nbp = grouped_blocks(nb);
-  alignas(64) BlockSums c[2];
+  BlockSums<F> c[2];
   alignas(64) float places[kGroup][kTile][kTile];   // each place's accumulators: place, row, token
   for (size_t place = 0; place < kGroup; ++place) {
     __m512 acc[kTile];
     GD_EACH_ROW
     for (size_t r = 0; r < kTile; ++r) acc[r] = _mm512_setzero_ps();
     const size_t blocks = place < nb ? (nb - place + kGroup - 1) / kGroup : 0;
-    if (blocks > 0) pass_block(w, at, slot(place, nbp), 0, c);
+    if (blocks > 0) pass_block<F>(rows, at, place, slot(place, nbp), 0, c);
     for (size_t i = 0; i < blocks; ++i) {
       const size_t b = place + kGroup * i;
-      if (i + 1 < blocks) pass_block(w, at, slot(b + kGroup, nbp), i + 1, c);
-      const BlockSums& x = c[i % 2];
-      const __m512 e = _mm512_load_ps(et + kTile * slot(b, nbp));
+      if (i + 1 < blocks) pass_block<F>(rows, at, b + kGroup, slot(b + kGroup, nbp), i + 1, c);
+      const BlockSums<F>& x = c[i % 2];
+      const __m512 e = _mm512_load_ps(et + kTile * slot(b, nbp));   // MXFP4: exponents; Q8_0: 2^-k
       GD_EACH_ROW
-      for (size_t r = 0; r < kTile; ++r)
-        acc[r] = _mm512_add_ps(acc[r],
-                               _mm512_scalef_ps(_mm512_load_ps(x[r]), _mm512_add_ps(e, _mm512_set1_ps(ew[r * nb + b]))));
+      for (size_t r = 0; r < kTile; ++r) {
+        const __m512 w = _mm512_set1_ps(ws[r * nb + b]);
+        if constexpr (F == Format::MXFP4) {
+          acc[r] = _mm512_add_ps(acc[r], _mm512_scalef_ps(_mm512_load_ps(x.v[r]), _mm512_add_ps(e, w)));
+        } else {
+          const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(x.hi[r]), 8),
+                                               _mm512_load_si512(x.lo[r]));
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(w, e), acc[r]);
+        }
+      }
     }
     GD_EACH_ROW
     for (size_t r = 0; r < kTile; ++r) _mm512_store_ps(places[place][r], acc[r]);
@@ -156,45 +216,71 @@ AVX512 void token_tile(const uint16_t* w, const float* ew, const uint16_t* at, c
 
 }  // namespace
 
-void amx_acts(const int16_t* q, const int32_t* e, size_t T, size_t nb, uint16_t* out, float* out_e) {
+void amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
+              float* out_e) {
   const size_t nbp = grouped_blocks(nb), tiles = (T + kTile - 1) / kTile;
-  std::memset(out, 0, tiles * nbp * 2 * kHalf * sizeof(uint16_t));   // (a last tile's missing tokens: zeros)
+  const size_t per_block = f == Format::MXFP4 ? 2 * kHalf : kHalf;   // words
+  std::memset(out, 0, tiles * nbp * per_block * sizeof(uint16_t));   // (a last tile's missing tokens: zeros)
   std::memset(out_e, 0, tiles * nbp * kTile * sizeof(float));
   for (size_t t = 0; t < T; ++t) {
     const size_t u = t / kTile, tok = t % kTile;
     for (size_t b = 0; b < nb; ++b) {
       const size_t run = grouped_block(t, b - b % kGroup, T, nbp), p = b % kGroup;
       const size_t at_slot = u * nbp + slot(b, nbp);
-      uint16_t* lo = out + at_slot * 2 * kHalf;
-      uint16_t* hi = lo + kHalf;
+      uint16_t* lo = out + at_slot * per_block;
+      uint8_t* bytes = reinterpret_cast<uint8_t*>(lo);
       for (size_t v = 0; v < 8; ++v)
         for (size_t i = 0; i < 4; ++i) {
           const int x = q[(run + v) * kBlock + p * 4 + i];
-          const size_t j = grouped_slot(v, i), at = (j / 2) * 2 * kTile + tok * 2 + j % 2;
-          lo[at] = bf16_of(float(x & 0xFF));
-          hi[at] = bf16_of(float((x >> 8) * 256));
+          const size_t j = grouped_slot(v, i);
+          if (f == Format::MXFP4) {   // bf16 pairs: row j / 2, token's pair
+            const size_t at = (j / 2) * 2 * kTile + tok * 2 + j % 2;
+            lo[at] = bf16_of(float(x & 0xFF));
+            lo[kHalf + at] = bf16_of(float((x >> 8) * 256));
+          } else {                    // bytes in fours: row j / 4, token's four
+            const size_t at = (j / 4) * 4 * kTile + tok * 4 + j % 4;
+            bytes[at] = uint8_t(x & 0xFF);
+            bytes[kHalf + at] = uint8_t(x >> 8);
+          }
         }
-      out_e[at_slot * kTile + tok] = float(e[run + p] + 8);
+      out_e[at_slot * kTile + tok] = f == Format::MXFP4 ? float(e[run + p] + 8) : d[run + p];
     }
   }
 }
 
-AVX512 void rows_amx_mxfp4(const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y,
-                           size_t ldy, const float* bias) {
-  const size_t nb = K / kBlock, nbp = grouped_blocks(nb), rb = row_bytes(Format::MXFP4, K);
+AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                     float* Y, size_t ldy, const float* bias) {
+  const size_t nb = K / kBlock, nbp = grouped_blocks(nb), rb = row_bytes(f, K);
+  const size_t per_block = f == Format::MXFP4 ? 2 * kHalf : kHalf;
   static thread_local std::vector<uint16_t> w_buf;
-  static thread_local std::vector<float> ew_buf;
-  uint16_t* w = scratch(w_buf, kTile * nbp * 32);
-  float* ew = scratch(ew_buf, kTile * nb);
-  static const amx::TileConfig config;
-  amx::configure(config);
+  static thread_local std::vector<float> ws_buf;
+  uint16_t* w = f == Format::MXFP4 ? scratch(w_buf, kTile * nbp * 32) : nullptr;
+  float* ws = scratch(ws_buf, kTile * nb);
+  static const amx::TileConfig bf16 = amx::full_tiles(), int8 = int8_tiles();
+  amx::configure(f == Format::MXFP4 ? bf16 : int8);
   alignas(64) float sums[kTile][kTile];
   for (size_t n = n0; n < n1; n += kTile) {
     const size_t rows = std::min(kTile, n1 - n);
-    decode_rows(W + n * rb, rb, rows, nb, w, ew);
+    if (f == Format::MXFP4) {
+      decode_rows(W + n * rb, rb, rows, nb, w, ws);
+    } else if (rows < kTile) {   // (Q8_0's tiles load whole rows from the matrix: a short task's the vectors')
+      rows_avx512_grouped(f, W, n, n1, K, a, T, Y, ldy, bias);
+      break;
+    } else {
+      for (size_t r = 0; r < kTile; ++r)
+        for (size_t b = 0; b < nb; ++b) {
+          uint16_t h;
+          std::memcpy(&h, W + (n + r) * rb + 34 * b, 2);
+          ws[r * nb + b] = _cvtsh_ss(h);
+        }
+    }
+    const TaskRows task{w, W + n * rb, rb};
     for (size_t t0 = 0; t0 < T; t0 += kTile) {
       const size_t u = t0 / kTile;
-      token_tile(w, ew, a.amx + u * nbp * 2 * kHalf, a.amx_e + u * nbp * kTile, nb, sums);
+      const uint16_t* at = a.amx + u * nbp * per_block;
+      const float* et = a.amx_e + u * nbp * kTile;
+      if (f == Format::MXFP4) token_tile<Format::MXFP4>(task, ws, at, et, nb, sums);
+      else token_tile<Format::Q8_0>(task, ws, at, et, nb, sums);
       for (size_t r = 0; r < rows; ++r)
         for (size_t t = 0; t < std::min(kTile, T - t0); ++t)
           Y[(t0 + t) * ldy + n + r] = sums[r][t] + (bias ? bias[n + r] : 0.f);

@@ -176,7 +176,7 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
 
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias) {
-  if (a.amx != nullptr) return rows_amx_mxfp4(W, n0, n1, K, a, T, Y, ldy, bias);   // (rows_amx.cpp)
+  if (a.amx != nullptr) return rows_amx(f, W, n0, n1, K, a, T, Y, ldy, bias);   // (rows_amx.cpp)
   if (grouped_acts(f, Impl::Avx512))   // MXFP4 and Q8_0 (rows_avx512_grouped.cpp)
     return rows_avx512_grouped(f, W, n0, n1, K, a, T, Y, ldy, bias);
   rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {

@@ -1,7 +1,7 @@
 """AMX's tiles in the extension as built, on this CPU: offered exactly where
 the CPU has them (AMX-TILE and AMX-BF16 beside the AVX-512 path), and where
-it has them, MXFP4's products of 16 tokens and more (prefill's experts) on
-the tiles give the bits the AVX-512 kernels give without them
+it has them, MXFP4's and Q8_0's products of 16 tokens and more (prefill's
+experts and attention projections) on the tiles give the bits the AVX-512 kernels give without them
 (GOOSEDUMP_AMX=0, in a second process: the choice is made once per
 process). On other CPUs tests/test_avx512.py runs the same kernel with each
 tile instruction computed in C++."""
@@ -28,19 +28,20 @@ from goosedump import _kernels, randblocks
 from goosedump.gguf import GGMLType
 rng = np.random.default_rng(3)
 out = {}
-for n, k, t in [(16, 2880, 16), (37, 2880, 21), (5, 96, 40), (48, 2880, 64), (33, 512, 130)]:
-    w = np.ascontiguousarray(randblocks.blocks(GGMLType.MXFP4, rng, n * k // 32, 0.02).reshape(n, -1))
+for fmt, n, k, t in [(f, *shape) for f in ("mxfp4", "q8_0")
+                     for shape in [(16, 2880, 16), (37, 2880, 21), (5, 96, 40), (48, 2880, 64), (33, 512, 130)]]:
+    w = np.ascontiguousarray(randblocks.blocks(GGMLType[fmt.upper()], rng, n * k // 32, 0.02).reshape(n, -1))
     x = rng.standard_normal((t, k)).astype(np.float32)
     x[0, :32] = 0
     x[-1, 32:] *= 1e3
     bias = rng.standard_normal(n).astype(np.float32)
     y = np.empty((t, n), np.float32)
-    _kernels.matmul("mxfp4", w, x, y, bias, "avx512", "i16")
-    out[f"{n}x{k}x{t}"] = y
+    _kernels.matmul(fmt, w, x, y, bias, "avx512", "i16")
+    out[f"{fmt} {n}x{k}x{t}"] = y
     alone = np.empty_like(y)
     for i in range(t):
-        _kernels.matmul("mxfp4", w, x[i:i + 1], alone[i:i + 1], bias, "avx512", "i16")
-    out[f"{n}x{k}x{t} alone"] = alone
+        _kernels.matmul(fmt, w, x[i:i + 1], alone[i:i + 1], bias, "avx512", "i16")
+    out[f"{fmt} {n}x{k}x{t} alone"] = alone
 np.savez(sys.argv[1], **out)
 """
 

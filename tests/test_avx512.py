@@ -235,23 +235,24 @@ def test_exact_float_steps_make_every_path_agree_bit_for_bit(avx512_check, tmp_p
 AMX_SHAPES = [(16, 256, 16), (37, 2880, 17), (5, 96, 40), (33, 512, 33), (20, 32, 18)]
 
 
-def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path):
-    """MXFP4's products of 16 tokens and more on AMX's tiles (rows_amx.cpp;
-    amx.h computes each tile instruction as Intel's pseudo-code does, on any
-    CPU) equal, bit for bit, the AVX-512 kernels' (the driver again with
-    GOOSEDUMP_AMX=0), and each token alone (decode's kernel) equals it in the
-    batch. Realistic weights and activations, an all-zero block and blocks
-    1000x larger than their neighbours."""
+@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0"])
+def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, fmt):
+    """MXFP4's and Q8_0's products of 16 tokens and more on AMX's tiles
+    (rows_amx.cpp; amx.h computes each tile instruction as Intel's
+    pseudo-code does, on any CPU) equal, bit for bit, the AVX-512 kernels'
+    (the driver again with GOOSEDUMP_AMX=0), and each token alone (decode's
+    kernel) equals it in the batch. Realistic weights and activations, an
+    all-zero block and blocks 1000x larger than their neighbours."""
     rng = np.random.default_rng(21)
     cases, inputs = [], []
     for n, k, t in AMX_SHAPES:
-        w = realistic(rng, "mxfp4", n, k)
+        w = realistic(rng, fmt, n, k)
         x = rng.standard_normal((t, k)).astype(np.float32)
         x[0, :32] = 0
         x[-1, 32:] *= 1e3
         bias = rng.standard_normal(n).astype(np.float32)
-        cases.append(product_case(FORMATS.index("mxfp4"), w, x, bias, True))
-        inputs.append(("mxfp4", w, x, bias))
+        cases.append(product_case(FORMATS.index(fmt), w, x, bias, True))
+        inputs.append((fmt, w, x, bias))
     tiles = run_cases(avx512_check, b"".join(cases), tmp_path)
     vectors = run_cases(avx512_check, b"".join(cases), tmp_path, GOOSEDUMP_AMX="0")
     for (fmt, w, x, bias, path, ref, alone, what), (*_, path0, _, alone0, _) in zip(results(tiles, inputs),

@@ -8,8 +8,8 @@ import platform
 
 ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512vbmi", "avx_vnni", "avx512_bf16", "amx_tile",
              "amx_int8", "amx_bf16", "asimd", "asimddp", "sve")
-AMX_NOTE = ("AMX tiles: MXFP4's products of 16 tokens and more (prefill's experts), the same bits "
-            "(GOOSEDUMP_AMX=0 keeps them off)")
+AMX_NOTE = ("AMX tiles: MXFP4's and Q8_0's products of 16 tokens and more (prefill's experts and attention), "
+            "the same bits (GOOSEDUMP_AMX=0 keeps them off)")
 
 
 def amx_in_use() -> bool:
