@@ -95,39 +95,37 @@ inline float bf16_at(const uint8_t* row, size_t i) {
 }
 // Intel's pseudo-code: for each row m of C, group k of A's row (K = A's
 // bytes a row / 4) and column n (C's bytes a row / 4), the products of A's
-// group k with B's row k at column n added into C[m][n]: bf16 pairs one
-// product after the other (every value the kernels meet is an integer below
-// 2^24, where any order is exact), bytes as four int32 products at once.
+// group k with B's row k at column n added into C[m][n] by add(c, a, b) (c:
+// C[m][n]'s four bytes, a and b the groups' four bytes each).
+template <int C, int A, int B, class Add>
+inline void dot(Add&& add) {
+  auto& s = tiles();
+  const TileConfig& c = s.config;
+  for (size_t m = 0; m < c.rows[C]; ++m)
+    for (size_t k = 0; k < c.colsb[A] / 4u; ++k)
+      for (size_t n = 0; n < c.colsb[C] / 4u; ++n) add(s.t[C][m] + 4 * n, s.t[A][m] + 4 * k, s.t[B][k] + 4 * n);
+}
+// bf16 pairs: one product after the other (every value the kernels meet is
+// an integer below 2^24, where any order is exact).
 template <int C, int A, int B>
 inline void dot_bf16() {
-  auto& s = tiles();
-  const TileConfig& c = s.config;
-  for (size_t m = 0; m < c.rows[C]; ++m)
-    for (size_t k = 0; k < c.colsb[A] / 4u; ++k)
-      for (size_t n = 0; n < c.colsb[C] / 4u; ++n) {
-        float v;
-        std::memcpy(&v, s.t[C][m] + 4 * n, 4);
-        v += bf16_at(s.t[A][m], 2 * k) * bf16_at(s.t[B][k], 2 * n);
-        v += bf16_at(s.t[A][m], 2 * k + 1) * bf16_at(s.t[B][k], 2 * n + 1);
-        std::memcpy(s.t[C][m] + 4 * n, &v, 4);
-      }
+  dot<C, A, B>([](uint8_t* c, const uint8_t* a, const uint8_t* b) {
+    float v;
+    std::memcpy(&v, c, 4);
+    v += bf16_at(a, 0) * bf16_at(b, 0);
+    v += bf16_at(a, 1) * bf16_at(b, 1);
+    std::memcpy(c, &v, 4);
+  });
 }
+// Bytes: four int32 products (A's bytes signed, B's as BSigned says).
 template <bool BSigned, int C, int A, int B>
 inline void dot_8() {
-  auto& s = tiles();
-  const TileConfig& c = s.config;
-  for (size_t m = 0; m < c.rows[C]; ++m)
-    for (size_t k = 0; k < c.colsb[A] / 4u; ++k)
-      for (size_t n = 0; n < c.colsb[C] / 4u; ++n) {
-        int32_t v;
-        std::memcpy(&v, s.t[C][m] + 4 * n, 4);
-        for (size_t i = 0; i < 4; ++i) {
-          const int32_t a = int8_t(s.t[A][m][4 * k + i]);
-          const uint8_t bb = s.t[B][k][4 * n + i];
-          v += a * (BSigned ? int32_t(int8_t(bb)) : int32_t(bb));
-        }
-        std::memcpy(s.t[C][m] + 4 * n, &v, 4);
-      }
+  dot<C, A, B>([](uint8_t* c, const uint8_t* a, const uint8_t* b) {
+    int32_t v;
+    std::memcpy(&v, c, 4);
+    for (size_t i = 0; i < 4; ++i) v += int32_t(int8_t(a[i])) * (BSigned ? int32_t(int8_t(b[i])) : int32_t(b[i]));
+    std::memcpy(c, &v, 4);
+  });
 }
 template <int C, int A, int B>
 inline void dot_su8() { dot_8<false, C, A, B>(); }
