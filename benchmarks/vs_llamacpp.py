@@ -227,6 +227,8 @@ def main() -> int:
     from goosedump import _kernels
     macs = prefill_macs_per_token(args.model, args.prompt_tokens)
     peak, instruction, per_instruction = _kernels.peak_int16_macs()
+    # where the AVX-512 path's many-token products run on AMX's tiles, their peak too (0 elsewhere)
+    amx_peak, amx_instruction, _ = _kernels.peak_amx_macs() if hasattr(_kernels, "peak_amx_macs") else (0.0, "", 0)
     if other in runs and runs[other][0].get("build"):
         print(f"llama.cpp build {runs[other][0]['build']}, {runs[other][0].get('backends')}: "
               f"{runs[other][0].get('cpu_info')}")
@@ -238,6 +240,9 @@ def main() -> int:
           f"({_kernels.active_impl()}: {instruction}, {per_instruction} MACs each) peak at {peak / 1e9:.1f} G/s "
           f"on one thread, measured: {args.threads * peak / 1e9:.1f} G/s on {args.threads} -> prefill bound "
           f"{args.threads * peak / macs:.1f} tok/s")
+    if amx_peak:
+        print(f"its products of 16 tokens and more (MXFP4, Q8_0) run on AMX's tiles: {amx_instruction}, peak at "
+              f"{amx_peak / 1e9:.1f} G/s on one thread, {args.threads * amx_peak / 1e9:.1f} G/s on {args.threads}")
     print(f"{'engine':10s} {'prefill tok/s':>18s} {'decode tok/s':>18s} {'peak RSS MiB':>13s} {'of bound':>9s} "
           f"{'prefill GMAC/s':>15s} {'of int16 peak':>14s}")
     summary = {}
@@ -249,11 +254,15 @@ def main() -> int:
         s["fraction_of_bound"] = s["decode_tps"] * per_token / (bw * 1e9)
         s["prefill_gmacs"] = s["prefill_tps"] * macs / 1e9
         s["fraction_of_int16_peak"] = s["prefill_tps"] * macs / (args.threads * peak)
+        if amx_peak and engine == "goosedump":
+            s["fraction_of_amx_peak"] = s["prefill_tps"] * macs / (args.threads * amx_peak)
         s["clean_runs"] = len([r for r in rs if not r["contaminated"]])
         summary[engine] = s
         print(f"{engine:10s} {s['prefill_tps']:10.2f} ± {s['prefill_sd']:5.2f} {s['decode_tps']:10.2f} ± "
               f"{s['decode_sd']:5.2f} {s['peak_rss_mib']:13.0f} {100 * s['fraction_of_bound']:8.0f}% "
               f"{s['prefill_gmacs']:15.1f} {100 * s['fraction_of_int16_peak']:13.0f}%")
+    if "fraction_of_amx_peak" in summary.get("goosedump", {}):
+        print(f"goosedump's prefill: {100 * summary['goosedump']['fraction_of_amx_peak']:.0f}% of the AMX peak")
     ratios = {}
     if other in runs:
         pairs = [(g, o) for g, o in zip(runs["goosedump"], runs[other])
@@ -265,7 +274,8 @@ def main() -> int:
                   f"max {max(r):.2f}, {len(pairs)} clean pair(s))")
     print(json.dumps({"cpu": cpu_description(), "summary": summary, "ratios": ratios, "bandwidth_gbs": bw,
                       "decode_bytes_per_token": per_token, "prefill_macs_per_token": macs,
-                      "int16_peak_macs_per_thread": peak, "kernels": _kernels.active_impl(),
+                      "int16_peak_macs_per_thread": peak, "amx_peak_macs_per_thread": amx_peak,
+                      "kernels": _kernels.active_impl(),
                       "prompt_tokens": args.prompt_tokens,
                       "gen": args.gen, "threads": args.threads, "reps": args.reps}))
     return 0

@@ -329,6 +329,16 @@ NB_MODULE(_kernels, m) {
   }, "impl"_a = "auto", "iterations"_a = 20000000,
         "(int16 multiply-accumulates per second on one thread, the instruction, MACs per instruction): the peak "
         "of the instruction the path's int16 products use, measured.");
+  m.def("peak_amx_macs", [](uint64_t iterations) {
+    gd::PeakRate r;
+    {
+      nb::gil_scoped_release release;
+      r = gd::peak_amx_macs(iterations);
+    }
+    return std::make_tuple(r.macs_per_s, std::string(r.instruction), r.macs_per_instruction);
+  }, "iterations"_a = 1000000,
+        "(int16 multiply-accumulates per second on one thread, the instruction, int16 products per instruction): "
+        "AMX's tiles' peak where the AVX-512 path runs its many-token products on them, measured; else a rate of 0.");
   m.def("rms_norm", &rms_norm, "x"_a, "weight"_a, "eps"_a, "out"_a, "impl"_a = "auto",
         "out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, each row alone.");
   m.def("rope", &rope, "x"_a.noconvert(), "cos"_a, "sin"_a, "NeoX RoPE in place on x (T, heads, d).");

@@ -4,6 +4,9 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#ifndef GOOSEDUMP_AVX512_EMULATED
+#include "amx.h"
+#endif
 #endif
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -103,6 +106,35 @@ PeakRate peak_int16_macs(Impl impl, uint64_t iterations) {
   (void)sink;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.macs_per_s = double(iterations) * kChains * per_round / s;
+  return r;
+}
+
+PeakRate peak_amx_macs(uint64_t iterations) {
+  PeakRate r{0.0, "tdpbf16ps (AMX; an int16 product takes two bf16 ones)", 4096};
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(GOOSEDUMP_AVX512_EMULATED)
+  if (resolve_impl(Impl::Auto) != Impl::Avx512 || !cpu_has_amx()) return r;
+  static const amx::TileConfig config = amx::full_tiles();
+  amx::configure(config);
+  alignas(64) static uint16_t ones[16 * 32];   // bf16 1.0 (zeros multiply faster)
+  for (auto& v : ones) v = 0x3F80;
+  amx::load<1>(ones, 64);
+  amx::load<2>(ones, 64);
+  amx::load<3>(ones, 64);
+  amx::zero<0>();
+  amx::zero<4>();
+  amx::zero<5>();
+  amx::zero<6>();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t k = 0; k < iterations; ++k) {
+    amx::dot_bf16<0, 1, 2>();
+    amx::dot_bf16<4, 1, 3>();
+    amx::dot_bf16<5, 1, 2>();
+    amx::dot_bf16<6, 1, 3>();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  amx::release();
+  r.macs_per_s = double(iterations) * 4 * r.macs_per_instruction / s;
+#endif
   return r;
 }
 

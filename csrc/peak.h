@@ -19,4 +19,11 @@ struct PeakRate {
 // scalar multiply-adds), timed.
 PeakRate peak_int16_macs(Impl impl, uint64_t iterations);
 
+// Where the AVX-512 path's many-token products run on AMX's tiles
+// (cpu_has_amx): the tiles' peak for int16 products, from `iterations`
+// rounds of four independent tdpbf16ps (16 x 16 x 32 bf16 products each; an
+// int16 product takes two, its lo and 256 hi halves: 4,096 a tdpbf16ps).
+// Elsewhere a rate of 0.
+PeakRate peak_amx_macs(uint64_t iterations);
+
 }  // namespace gd

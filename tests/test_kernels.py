@@ -62,6 +62,16 @@ def test_peak_rate_names_the_paths_instruction(impl):
         _kernels.peak_int16_macs("sse9", 10)
 
 
+def test_the_amx_peak_is_measured_where_the_tiles_run():
+    rate, instruction, per = _kernels.peak_amx_macs(20000)
+    assert (instruction, per) == ("tdpbf16ps (AMX; an int16 product takes two bf16 ones)", 4096)
+    if _kernels.cpu_has_amx() and _kernels.active_impl() == "avx512":
+        # the tiles' products outrun the vector unit's widest int16 instruction
+        assert rate > 2 * _kernels.peak_int16_macs("avx512", 200000)[0]
+    else:
+        assert rate == 0
+
+
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 65, (1 << 20) + 77, 3 * (1 << 20) + 5])
 def test_the_bandwidth_probe_reads_every_byte(n):
     # stream_read sums the buffer's 64-bit words, then the bytes past the last
