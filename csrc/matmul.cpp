@@ -47,7 +47,7 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
     }
     if (amx_products(f, impl, T)) {
       const size_t nbp = grouped_blocks(K / kBlock), tiles = (T + kAmxTokens - 1) / kAmxTokens;
-      amx.resize(tiles * nbp * (f == Format::MXFP4 ? 2 : 1) * kAmxTokens * 32);   // (Q8_0's: bytes)
+      amx.resize(tiles * nbp * amx_block_words(f));
       amx_e.resize(tiles * nbp * kAmxTokens);
       amx_format = f;
       amx_acts(f, q.data(), d.data(), e.data(), T, K / kBlock, amx.data(), amx_e.data());

@@ -97,6 +97,9 @@ constexpr size_t split_tokens(Format f) { return f == Format::MXFP4 ? 3 : f == F
 // float; Q8_0's d. A last tile's missing tokens are zeros.
 constexpr size_t kAmxTokens = 16;
 bool amx_products(Format f, Impl impl, size_t T);
+// The words of amx a block and tile of tokens take: MXFP4's two tiles of 16
+// rows of 64 bytes, Q8_0's two of 8 (the second tile starts halfway).
+constexpr size_t amx_block_words(Format f) { return (f == Format::MXFP4 ? 2 : 1) * kAmxTokens * 32; }
 
 // An allocator of 64-byte aligned storage: AMX's tile loads of rows that
 // straddle two cache lines ran 6x slower (Intel Xeon with AMX).

@@ -30,7 +30,6 @@
 #include "amx.h"
 
 #include <algorithm>
-#include <memory>
 #include <vector>
 
 namespace gd {
@@ -38,8 +37,7 @@ namespace gd {
 namespace {
 
 constexpr size_t kTile = amx::kRows;          // 16 rows, 16 tokens
-constexpr size_t kHalf = kTile * kTile * 2;   // words of a block's lo or hi tile (16 pairs x 16 tokens x 2)
-static_assert(kHalf * 2 == amx::kRows * amx::kRowBytes);
+static_assert(kTile == kAmxTokens && amx_block_words(Format::MXFP4) == kTile * amx::kRowBytes);
 #define GD_EACH_ROW _Pragma("GCC unroll 16")   // (a tile's accumulators in registers)
 
 // (exact for the numbers here: integers with at most 8 significant bits)
@@ -97,15 +95,6 @@ AVX512 void decode_rows(const uint8_t* W, size_t rb, size_t rows, size_t nb, uin
     }
 }
 
-// n values of a thread's scratch, 64-byte aligned (kept between calls).
-template <class T>
-T* scratch(std::vector<T>& v, size_t n) {
-  v.resize(n + 64 / sizeof(T));
-  void* p = v.data();
-  size_t space = v.size() * sizeof(T);
-  return static_cast<T*>(std::align(64, n * sizeof(T), p, space));
-}
-
 // The tiles of int8 products (Q8_0): tiles 0, 1 and 4, 5 a block's two
 // sums (lo, hi) in the two sets, 2 and 6 its rows (16 rows of 32 bytes), 3
 // and 7 the tokens' lo and hi bytes (8 rows of 64: four bytes of each of 16
@@ -141,11 +130,12 @@ struct TaskRows {
 // the tile set C (0 or 4).
 template <Format F, int C>
 inline void block_sums(const TaskRows& rows, const uint16_t* at, size_t b, size_t s, BlockSums<F>& out) {
+  const uint16_t* lo = at + s * amx_block_words(F);   // the tokens' lo tile; their hi tile halfway on
   if constexpr (F == Format::MXFP4) {
     amx::zero<C>();
     amx::load<C + 1>(rows.w + s * 512, 64);
-    amx::load<C + 2>(at + s * 2 * kHalf, 64);
-    amx::load<C + 3>(at + s * 2 * kHalf + kHalf, 64);
+    amx::load<C + 2>(lo, 64);
+    amx::load<C + 3>(lo + amx_block_words(F) / 2, 64);
     amx::dot_bf16<C, C + 1, C + 2>();
     amx::dot_bf16<C, C + 1, C + 3>();
     amx::store<C>(out.v, 64);
@@ -153,8 +143,8 @@ inline void block_sums(const TaskRows& rows, const uint16_t* at, size_t b, size_
     amx::zero<C>();
     amx::zero<C + 1>();
     amx::load<C + 2>(rows.q + 34 * b + 2, rows.rb);   // (a block: fp16 scale, then 32 codes)
-    amx::load<3>(at + s * kHalf, 64);
-    amx::load<7>(at + s * kHalf + kHalf / 2, 64);
+    amx::load<3>(lo, 64);
+    amx::load<7>(lo + amx_block_words(F) / 2, 64);
     amx::dot_su8<C, C + 2, 3>();
     amx::dot_ss8<C + 1, C + 2, 7>();
     amx::store<C>(out.lo, 64);
@@ -219,7 +209,7 @@ AVX512 void token_tile(const TaskRows& rows, const float* ws, const uint16_t* at
 void amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
               float* out_e) {
   const size_t nbp = grouped_blocks(nb), tiles = (T + kTile - 1) / kTile;
-  const size_t per_block = f == Format::MXFP4 ? 2 * kHalf : kHalf;   // words
+  const size_t per_block = amx_block_words(f), half = per_block / 2;   // words
   std::memset(out, 0, tiles * nbp * per_block * sizeof(uint16_t));   // (a last tile's missing tokens: zeros)
   std::memset(out_e, 0, tiles * nbp * kTile * sizeof(float));
   for (size_t t = 0; t < T; ++t) {
@@ -236,11 +226,11 @@ void amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size
           if (f == Format::MXFP4) {   // bf16 pairs: row j / 2, token's pair
             const size_t at = (j / 2) * 2 * kTile + tok * 2 + j % 2;
             lo[at] = bf16_of(float(x & 0xFF));
-            lo[kHalf + at] = bf16_of(float((x >> 8) * 256));
+            lo[half + at] = bf16_of(float((x >> 8) * 256));
           } else {                    // bytes in fours: row j / 4, token's four
             const size_t at = (j / 4) * 4 * kTile + tok * 4 + j % 4;
             bytes[at] = uint8_t(x & 0xFF);
-            bytes[kHalf + at] = uint8_t(x >> 8);
+            bytes[2 * half + at] = uint8_t(x >> 8);   // (half: words)
           }
         }
       out_e[at_slot * kTile + tok] = f == Format::MXFP4 ? float(e[run + p] + 8) : d[run + p];
@@ -251,11 +241,14 @@ void amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size
 AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias) {
   const size_t nb = K / kBlock, nbp = grouped_blocks(nb), rb = row_bytes(f, K);
-  const size_t per_block = f == Format::MXFP4 ? 2 * kHalf : kHalf;
-  static thread_local std::vector<uint16_t> w_buf;
+  const size_t per_block = amx_block_words(f);
+  // (each thread's, kept between calls; aligned: the decoded rows are tiles)
+  static thread_local std::vector<uint16_t, LineAligned<uint16_t>> w_buf;
   static thread_local std::vector<float> ws_buf;
-  uint16_t* w = f == Format::MXFP4 ? scratch(w_buf, kTile * nbp * 32) : nullptr;
-  float* ws = scratch(ws_buf, kTile * nb);
+  if (f == Format::MXFP4) w_buf.resize(kTile * nbp * 32);
+  ws_buf.resize(kTile * nb);
+  uint16_t* w = w_buf.data();
+  float* ws = ws_buf.data();
   static const amx::TileConfig bf16 = amx::full_tiles(), int8 = int8_tiles();
   amx::configure(f == Format::MXFP4 ? bf16 : int8);
   alignas(64) float sums[kTile][kTile];
@@ -271,7 +264,7 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
         for (size_t b = 0; b < nb; ++b) {
           uint16_t h;
           std::memcpy(&h, W + (n + r) * rb + 34 * b, 2);
-          ws[r * nb + b] = _cvtsh_ss(h);
+          ws[r * nb + b] = x86::half_x86(h);
         }
     }
     const TaskRows task{w, W + n * rb, rb};
