@@ -136,6 +136,16 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
   __m512 acc[TT];
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
+  // MXFP4 unpacks the next group's codes (nw, new_: its values and scale
+  // bytes) before this group's products, a software pipeline one group
+  // deep: the unpacking's shuffles, which wait on the loads, then overlap
+  // the products, and the products of a group whose lines came late overlap
+  // the next group's loads (from memory at one token 1.07-1.16x, 2880 and
+  // 5760 rows; the 20b's decode 1.01-1.03x in four pairs; the same speed
+  // in the L3; Intel Xeon with AMX, 2 threads). Q8_0's codes so: 1.00x.
+  __m512i nw[R][4], new_[R];
+  if constexpr (F == Format::MXFP4)
+    for (int r = 0; r < R; ++r) mxfp4_values(rows[r], int(std::min(kGroup, n_chunks)), c, table, nw[r], new_[r]);
   for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a += TT) {
     const int blocks = int(std::min(kGroup, n_chunks - g));   // (a tail group: zero codes, zero activations)
     __m512i w[R][4], wu[R][4], ew[R];   // the values as the low bytes' and the high bytes' partners
@@ -160,7 +170,10 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
         }
       }
       if constexpr (F == Format::MXFP4) {
-        mxfp4_values(blk, blocks, c, table, w[r], ew[r]);
+        for (int v = 0; v < 4; ++v) w[r][v] = nw[r][v];
+        ew[r] = new_[r];
+        if (g + kGroup < n_chunks)
+          mxfp4_values(blk + gb, int(std::min(kGroup, n_chunks - g - kGroup)), c, table, nw[r], new_[r]);
         for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
       } else {
         q8_codes(blk, blocks, w[r], dw[r]);
