@@ -14,8 +14,9 @@ Keep a copy of the installed extension before a change, rebuild, and compare:
     python benchmarks/kernel_ab.py /tmp/before.so /tmp/after.so --formats mxfp4,q8_0 --tokens 1,8,64
 
 --in-cache times one matrix again and again (it stays in the caches: the
-kernels' own speed); without it one token rotates through 24 matrices (from
-memory, as decode reads its weights).
+kernels' own speed); without it one token rotates through a gigabyte of
+copies in 2 MiB pages (from memory, as decode reads its weights; 24 matrices
+had fit the 480 MB L3 an Intel Xeon reports).
 
 usage: python benchmarks/kernel_ab.py A.so B.so [--formats mxfp4] [--tokens 1,8,128] [--reps 11]
            [--threads 2] [--in-cache] [--rows 2880] [--cols 2880]
@@ -28,7 +29,7 @@ import warnings
 
 import numpy as np
 from goosedump.gguf import BLOCK_SIZES, GGMLType
-from kernel_paths import matrices   # (benchmarks/: the random matrices kernel_paths.py times)
+from kernel_paths import matrices, rotation   # (benchmarks/: the random matrices kernel_paths.py times)
 
 
 def load(path: str):
@@ -67,7 +68,7 @@ def main() -> None:
     n, k = args.rows, args.cols
     for fmt in formats:
         for T in map(int, args.tokens.split(",")):
-            mats = matrices(fmt, n, k, 1 if (args.in_cache or T > 1) else 24)
+            mats = matrices(fmt, n, k, 1) if (args.in_cache or T > 1) else rotation(fmt, n, k)
             x = rng.standard_normal((T, k)).astype(np.float32)
             ys = [np.empty((T, n), np.float32) for _ in builds]
             inner = max(1, int(2e8 / (n * k * T))) if len(mats) == 1 else 1

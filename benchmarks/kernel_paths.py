@@ -7,14 +7,15 @@ own instruction's measured peak (`_kernels.peak_int16_macs`).
 
 Shapes: an MXFP4 expert matrix (2880 x 2880, the 20b's and 120b's hidden
 size) at one token (decode) and at 128 tokens (prefill); a Q8_0 attention
-projection (4096 x 2880) likewise. Matrices rotate through more memory than
-the L3 holds at one token, as decode's experts do.
+projection (4096 x 2880) likewise. At one token the matrices rotate through a
+gigabyte in 2 MiB pages (`rotation`), as decode's weights stream from memory.
 
 usage: python benchmarks/kernel_paths.py [--threads N] [--reps R] [--with-generic]
 """
 from __future__ import annotations
 
 import argparse
+import mmap
 import time
 
 import numpy as np
@@ -31,6 +32,25 @@ def matrices(fmt: str, n: int, k: int, count: int) -> list[np.ndarray]:
     t = GGMLType[fmt.upper()]
     per_block = BLOCK_SIZES[t][0]   # (a float type's "block" is one value)
     return [randblocks.blocks(t, rng, n * k // per_block, 0.05).reshape(n, -1) for _ in range(count)]
+
+
+ROTATION_BYTES = 1 << 30
+
+
+def rotation(fmt: str, n: int, k: int, nbytes: int = ROTATION_BYTES) -> list[np.ndarray]:
+    """Copies of one random matrix filling `nbytes` of one buffer in 2 MiB
+    pages where the kernel gives them (as the engine's weights are): what
+    decode's one-token products stream through. A gigabyte, not a count of
+    matrices: 24 of 2880 x 2880 (106 MB of MXFP4) had fit an Intel Xeon's
+    L3 of 480 MB, so "from memory" read the L3 there."""
+    one = matrices(fmt, n, k, 1)[0]
+    count = max(2, nbytes // one.nbytes)
+    area = mmap.mmap(-1, count * one.nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        area.madvise(mmap.MADV_HUGEPAGE)
+    buf = np.frombuffer(area, np.uint8).reshape(count, *one.shape)
+    buf[...] = one
+    return list(buf)
 
 
 def main() -> None:
@@ -51,8 +71,7 @@ def main() -> None:
         print(f"  {p}: peak {r[0] / 1e9:.1f} GMAC/s per thread ({r[1]})")
     print(f"{'shape':<28} " + " ".join(f"{p + ' GMAC/s':>14} {'x ' + base:>8} {'% peak':>7}" for p in paths))
     for fmt, n, k, t in SHAPES:
-        count = 24 if t == 1 else 2      # one token: more than an L3 of weights in rotation
-        mats = matrices(fmt, n, k, count)
+        mats = rotation(fmt, n, k) if t == 1 else matrices(fmt, n, k, 2)   # one token: from memory
         x = np.random.default_rng(1).standard_normal((t, k)).astype(np.float32)
         y = np.empty((t, n), np.float32)
         best = {p: float("inf") for p in paths}
