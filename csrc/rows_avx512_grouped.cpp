@@ -141,8 +141,8 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
   // deep: the unpacking's shuffles, which wait on the loads, then overlap
   // the products, and the products of a group whose lines came late overlap
   // the next group's loads (from memory at one token 1.07-1.16x, 2880 and
-  // 5760 rows; the 20b's decode 1.01-1.03x in four pairs; the same speed
-  // in the L3; Intel Xeon with AMX, 2 threads). Q8_0's codes so: 1.00x.
+  // 5760 rows; in the L3 1.03-1.05x; the 20b's decode 1.01-1.03x in four
+  // pairs; Intel Xeon with AMX, 2 threads). Q8_0's codes so: 1.00x.
   __m512i nw[R][4], new_[R];
   if constexpr (F == Format::MXFP4)
     for (int r = 0; r < R; ++r) mxfp4_values(rows[r], int(std::min(kGroup, n_chunks)), c, table, nw[r], new_[r]);

@@ -10,10 +10,10 @@
 // A unit of work: one vpmaddwd and one vpaddd on each of the line's two
 // 256-bit halves, into independent accumulators (AVX2, so it runs on every
 // x86 machine kind the project is measured on). The line kPrefetch bytes
-// ahead is prefetched, as the kernels do (rows.h); "no prefetch" rows leave it
-// to the hardware.
+// ahead is prefetched, as the kernels do (rows.h's kPrefetchAhead); "no
+// prefetch" rows leave it to the hardware.
 //
-//   g++ -O2 -std=c++17 -pthread benchmarks/native/overlap.cpp -o overlap && ./overlap [threads]
+//   g++ -O2 -std=c++17 -pthread -Icsrc benchmarks/native/overlap.cpp -o overlap && ./overlap [threads]
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -26,7 +26,9 @@
 #include <thread>
 #include <vector>
 
-constexpr size_t kPrefetch = 3072;   // rows.h's kPrefetchAhead
+#include "rows.h"
+
+constexpr size_t kPrefetch = gd::kPrefetchAhead;
 
 template <int W, bool Prefetch>
 __attribute__((target("avx2"), noinline)) int pass(const uint8_t* p, size_t n) {
