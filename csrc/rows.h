@@ -96,6 +96,13 @@ constexpr size_t kPrefetchAhead = 3072;
 // AVX2 rows and the other formats with it: 0.94-0.96x (the prefetches' own
 // cost), and the bandwidth probe (module.cpp's stream_read) no faster.
 constexpr size_t kPrefetchFar = 12288;
+// And they ask for each line into the L1 a second time, this far ahead: a
+// retry of the first request. From memory at one token (1 GiB rotating in
+// 2 MiB pages, 2 threads, Intel Xeon with AMX): MXFP4 1.01-1.05x, Q8_0
+// 1.01-1.03x (kernel_ab.py, five runs of nine pairs); the 20b's decode
+// 1.00-1.05x, four pairs. 512 to 2,304 bytes alike; a third request (2 KB
+// and 1 KB) no better; a second far one (6 KB) 1.00x.
+constexpr size_t kPrefetchRetry = kPrefetchAhead / 2;
 
 // Prefetches the cache line kPrefetchAhead bytes past blk when the block
 // (of `bytes` bytes) starts a new line there: one prefetch per line.
