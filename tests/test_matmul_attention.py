@@ -182,6 +182,39 @@ def test_route_matches_float64(impl, E, k):
             assert row.index(1) < row.index(2)
 
 
+@pytest.mark.parametrize("T", [1, 3, 9])
+def test_route_over_the_pool_is_each_token_alone_on_one_thread(T):
+    # at the 20b's width the router's logits run over the pool (decode's few
+    # tokens split the experts, more tokens split the tokens): a token's
+    # experts and weights are the same bits as it alone on one thread, and
+    # its experts are float64's top k
+    rng = np.random.default_rng(T)
+    E, D, k = 32, 2880, 4
+    W = rng.standard_normal((E, D)).astype(np.float32)
+    bias = rng.standard_normal(E).astype(np.float32)
+    h = rng.standard_normal((T, D)).astype(np.float32)
+    top, weights = np.empty((T, k), np.int64), np.empty((T, k), np.float32)
+    def pooled():   # regions run over the pool (or on the caller while another process took a core)
+        st = _kernels.pool_stats()
+        return st["parallel"] + st["inline_contended"]
+    before = pooled()
+    _kernels.route(W, bias, h, top, weights)
+    if _kernels.num_threads() > 1:
+        assert pooled() > before
+    n = _kernels.num_threads()
+    try:
+        _kernels.set_num_threads(1)
+        for t in range(T):
+            one_top, one_w = np.empty((1, k), np.int64), np.empty((1, k), np.float32)
+            _kernels.route(W, bias, h[t:t + 1], one_top, one_w)
+            np.testing.assert_array_equal(top[t], one_top[0])
+            np.testing.assert_array_equal(weights[t], one_w[0])
+    finally:
+        _kernels.set_num_threads(n)
+    logits = h.astype(np.float64) @ W.T.astype(np.float64) + bias
+    np.testing.assert_array_equal(top, np.argsort(-logits, axis=-1, kind="stable")[:, :k])
+
+
 def test_route_refuses_bad_shapes():
     W = np.zeros((8, 64), np.float32)
     h = np.zeros((2, 64), np.float32)
