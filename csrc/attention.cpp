@@ -282,15 +282,58 @@ void attend_group8_neon(const AttentionArgs& a, size_t t, size_t kh, size_t lo, 
 }
 #endif
 
+void to_f16_generic(const float* x, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
+}
+
+#ifdef GD_X86
+__attribute__((target("avx2,fma,f16c"))) void to_f16_avx2(const float* x, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  to_f16_generic(x + i, out + i, n - i);
+}
+#endif
+
+#if defined(__aarch64__)
+void to_f16_neon(const float* x, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) vst1_u16(out + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+  to_f16_generic(x + i, out + i, n - i);
+}
+#endif
+
 }  // namespace
 
-void attention(const AttentionArgs& a, Impl impl) {
+void store_kv(const float* k, const float* v, size_t T, size_t KH, size_t d, size_t dv, uint16_t* kc, uint16_t* vc,
+              size_t cap, size_t pos0, Impl impl) {
+  const Impl which = resolve_impl(impl);
+  auto to_f16 = to_f16_generic;
+#ifdef GD_X86
+  if (uses_avx2(which)) to_f16 = to_f16_avx2;
+#endif
+#if defined(__aarch64__)
+  if (which == Impl::Neon) to_f16 = to_f16_neon;
+#endif
+  for (size_t t = 0, slot = pos0 % cap; t < T; ++t, slot = next_slot(slot, cap))
+    for (size_t h = 0; h < KH; ++h) {
+      to_f16(k + (t * KH + h) * d, kc + (h * cap + slot) * d, d);
+      to_f16(v + (t * KH + h) * dv, vc + (h * cap + slot) * dv, dv);
+    }
+}
+
+void check_attention(const AttentionArgs& a) {
   if (a.KH == 0 || a.H % a.KH) throw std::invalid_argument("query heads must be a multiple of kv heads");
   // Every position a query reads must still be in the cache (slots wrap).
   const size_t need = a.window ? std::min(a.pos0 + a.T, a.window + a.T - 1) : a.pos0 + a.T;
   if (a.cap < need)
     throw std::invalid_argument("the KV cache holds " + std::to_string(a.cap) + " positions, these queries need " +
                                 std::to_string(need));
+}
+
+void attention(const AttentionArgs& a, Impl impl) {
+  check_attention(a);
   const Impl which = resolve_impl(impl);
   auto to_f32 = to_f32_generic;
   auto dot = dot_generic;

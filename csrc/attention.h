@@ -28,5 +28,15 @@ struct AttentionArgs {
 //   s_j = scale * q . k_j for j in [max(0, p - window + 1), p]
 //   out = sum_j softmax([s..., sink_h])_j v_j   (the sink column has no value)
 void attention(const AttentionArgs& a, Impl impl);
+// What attention refuses (std::invalid_argument), checked alone: before
+// store_kv writes into a cache that the queries could not read.
+void check_attention(const AttentionArgs& a);
+
+// New tokens' keys k [T, KH, d] and values v [T, KH, dv] into the cache
+// (AttentionArgs' layout, cap positions), position pos0 + t at slot
+// (pos0 + t) % cap, as fp16 by fp32_to_fp16 (quants.h): the same bits on
+// every path.
+void store_kv(const float* k, const float* v, size_t T, size_t KH, size_t d, size_t dv, uint16_t* kc, uint16_t* vc,
+              size_t cap, size_t pos0, Impl impl);
 
 }  // namespace gd

@@ -1,4 +1,5 @@
-// Python bindings: this file only converts arguments and registers functions.
+// Python bindings: this file only converts arguments and registers functions
+// (a layer's pieces around the products: module_layer.cpp's).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -11,64 +12,25 @@
 #include <stdexcept>
 #include <vector>
 
-#include "attention.h"
 #include "bpe.h"
 #include "cpu.h"
+#include "formats.h"
 #include "gguf_scan.h"
 #include "matmul.h"
-#include "moe.h"
-#include "formats.h"
-#include "quants.h"
-#include "ops.h"
+#include "module.h"
 #include "peak.h"
+#include "quants.h"
 #include "rows.h"
 #include "threads.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
+void bind_layer(nb::module_& m);   // module_layer.cpp
+
 namespace {
 
-using Bytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Int64s = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Int32s = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Floats = nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Weights = nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-using Matrix = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-using CMatrix = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-using CFloats = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Half3 = nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
-using CFloats3 = nb::ndarray<const float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
-using Floats3 = nb::ndarray<float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
-
-gd::Impl parse_impl(const std::string& impl) {
-  if (impl == "auto") return gd::Impl::Auto;
-  if (impl == "generic") return gd::Impl::Generic;
-  if (impl == "avx2") return gd::Impl::Avx2;
-  if (impl == "avx512") return gd::Impl::Avx512;
-  if (impl == "neon") return gd::Impl::Neon;
-  throw std::invalid_argument("impl must be 'auto', 'generic', 'avx2', 'avx512' or 'neon', got '" + impl + "'");
-}
-
-gd::Format parse_format(const std::string& fmt) { return gd::parse_format(fmt); }
-
-std::string shape_str(size_t a, size_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
-
-// W: (N, row bytes) quantized rows; returns K, checked against the row size.
-void check_weights(gd::Format f, const Weights& W, size_t K) {
-  const size_t block = std::max<size_t>(32, size_t(gd::block_values(f)));
-  if (K % block) throw std::invalid_argument("activations have " + std::to_string(K) + " columns, not a multiple of " +
-                                             std::to_string(block) + " (" + gd::info(f).name + ")");
-  if (W.shape(1) != gd::row_bytes(f, K))
-    throw std::invalid_argument("weight rows are " + std::to_string(W.shape(1)) + " bytes, expected " +
-                                std::to_string(gd::row_bytes(f, K)) + " for " + std::to_string(K) + " columns");
-}
-
-gd::Acts parse_acts(const std::string& acts) {
-  if (acts == "i16") return gd::Acts::I16;
-  if (acts == "f32") return gd::Acts::F32;
-  throw std::invalid_argument("acts must be 'i16' or 'f32', got '" + acts + "'");
-}
+using namespace gd_bind;
 
 void matmul(const std::string& fmt, Weights W, CMatrix X, Matrix out, std::optional<CFloats> bias,
             const std::string& impl, const std::string& acts) {
@@ -110,89 +72,6 @@ void get_rows(const std::string& fmt, Weights W, Int64s rows, Matrix out, const 
   const gd::Impl which = parse_impl(impl);
   nb::gil_scoped_release release;
   gd::get_rows(f, W.data(), K, rows.data(), rows.shape(0), out.data(), which);
-}
-
-void attention(CFloats3 q, Half3 k, Half3 v, std::optional<CFloats> sinks, size_t pos0, size_t window, float scale,
-               Floats3 out, const std::string& impl) {
-  gd::AttentionArgs a{q.data(), q.shape(0), q.shape(1), q.shape(2), k.data(), v.data(), k.shape(0), k.shape(1),
-                      v.shape(2), sinks ? sinks->data() : nullptr, pos0, window, scale, out.data()};
-  if (k.shape(2) != a.d) throw std::invalid_argument("keys and queries differ in head dim");
-  if (v.shape(0) != a.KH || v.shape(1) != a.cap) throw std::invalid_argument("keys and values differ in shape");
-  if (out.shape(0) != a.T || out.shape(1) != a.H || out.shape(2) != a.dv)
-    throw std::invalid_argument("output must have shape (T, H, value dim)");
-  if (sinks && sinks->shape(0) != a.H) throw std::invalid_argument("sinks must have one value per query head");
-  const gd::Impl which = parse_impl(impl);
-  nb::gil_scoped_release release;
-  gd::attention(a, which);
-}
-
-using Weights3 = nb::ndarray<const uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
-using CInt64s2 = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-using Int64s2 = nb::ndarray<int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-
-void moe(const std::string& gate_fmt, Weights3 gate, CMatrix gate_bias, const std::string& up_fmt, Weights3 up,
-         CMatrix up_bias, const std::string& down_fmt, Weights3 down, CMatrix down_bias, CMatrix h,
-         CInt64s2 experts, CMatrix weights, Matrix out, float alpha, float limit, const std::string& impl,
-         const std::string& acts) {
-  const gd::Format fg = parse_format(gate_fmt), fu = parse_format(up_fmt), fd = parse_format(down_fmt);
-  const size_t E = gate.shape(0), F = gate.shape(1), D = h.shape(1), T = h.shape(0), k = experts.shape(1);
-  auto same = [](bool ok, const char* what) {
-    if (!ok) throw std::invalid_argument(std::string("moe: ") + what);
-  };
-  same(gate.shape(2) == gd::row_bytes(fg, D) && up.shape(0) == E && up.shape(1) == F &&
-           up.shape(2) == gd::row_bytes(fu, D), "gate and up must be (experts, F, row bytes of D)");
-  same(down.shape(0) == E && down.shape(1) == D && down.shape(2) == gd::row_bytes(fd, F),
-       "down must be (experts, D, row bytes of F)");
-  same(gate_bias.shape(0) == E && gate_bias.shape(1) == F && up_bias.shape(0) == E && up_bias.shape(1) == F &&
-           down_bias.shape(0) == E && down_bias.shape(1) == D, "biases must be (experts, rows)");
-  same(experts.shape(0) == T && weights.shape(0) == T && weights.shape(1) == k, "experts and weights must be (T, k)");
-  same(out.shape(0) == T && out.shape(1) == D, "out must be (T, D)");
-  same(D % gd::kBlock == 0 && F % gd::kBlock == 0, "D and F must be multiples of 32");
-  gd::MoeArgs a{fg, fu, fd, gate.data(), gate_bias.data(), up.data(), up_bias.data(), down.data(), down_bias.data(),
-                E, F, D, h.data(), T, k, experts.data(), weights.data(), out.data(), alpha, limit};
-  const gd::Impl which = parse_impl(impl);
-  const gd::Acts ac = parse_acts(acts);
-  nb::gil_scoped_release release;
-  gd::moe(a, which, ac);
-}
-
-void rms_norm(CMatrix x, CFloats w, float eps, Matrix out, const std::string& impl) {
-  const size_t T = x.shape(0), D = x.shape(1);
-  if (w.shape(0) != D)
-    throw std::invalid_argument("rms_norm: weight has " + std::to_string(w.shape(0)) + " values, expected " +
-                                std::to_string(D));
-  if (out.shape(0) != T || out.shape(1) != D)
-    throw std::invalid_argument("rms_norm: output has shape " + shape_str(out.shape(0), out.shape(1)) +
-                                ", expected " + shape_str(T, D));
-  const gd::Impl which = parse_impl(impl);
-  nb::gil_scoped_release release;
-  gd::rms_norm(x.data(), w.data(), T, D, eps, out.data(), which);
-}
-
-void rope(Floats3 x, CMatrix cos, CMatrix sin) {
-  const size_t T = x.shape(0), H = x.shape(1), d = x.shape(2);
-  if (d % 2 || cos.shape(0) != T || sin.shape(0) != T || cos.shape(1) != d / 2 || sin.shape(1) != d / 2)
-    throw std::invalid_argument("rope: x is (" + std::to_string(T) + ", " + std::to_string(H) + ", " +
-                                std::to_string(d) + "), cos and sin must be " + shape_str(T, d / 2) +
-                                " (and d even)");
-  nb::gil_scoped_release release;
-  gd::rope(x.data(), T, H, d, cos.data(), sin.data());
-}
-
-void route(CMatrix W, std::optional<CFloats> bias, CMatrix h, Int64s2 top, Matrix weights, const std::string& impl) {
-  const size_t E = W.shape(0), D = W.shape(1), T = h.shape(0), k = top.shape(1);
-  if (h.shape(1) != D)
-    throw std::invalid_argument("route: activations have " + std::to_string(h.shape(1)) + " columns, the router " +
-                                std::to_string(D));
-  if (bias && bias->shape(0) != E)
-    throw std::invalid_argument("route: bias has " + std::to_string(bias->shape(0)) + " values, expected " +
-                                std::to_string(E));
-  if (top.shape(0) != T || k == 0 || k > E || weights.shape(0) != T || weights.shape(1) != k)
-    throw std::invalid_argument("route: top and weights must be (T, k) with 1 <= k <= " + std::to_string(E));
-  const gd::Impl which = parse_impl(impl);
-  const float* b = bias ? bias->data() : nullptr;
-  nb::gil_scoped_release release;
-  gd::route(W.data(), b, E, D, h.data(), T, k, top.data(), weights.data(), which);
 }
 
 // Sum of all bytes, read by every thread in parallel: a streaming read for
@@ -273,6 +152,7 @@ nb::list to_list(const std::vector<uint32_t>& ids) {
 
 NB_MODULE(_kernels, m) {
   m.doc() = "goosedump's native kernels";
+  bind_layer(m);
   // Objects still held by daemon threads (the engine's worker) at interpreter
   // exit are not leaks worth a warning on every server shutdown.
   nb::set_leak_warnings(false);
@@ -312,12 +192,6 @@ NB_MODULE(_kernels, m) {
         "Dequantize the given weight rows into out.");
   // Keys and values are fp16 bits (pass float16 arrays as .view(uint16)); no
   // implicit conversion, which would turn half floats into integers.
-  m.def("attention", &attention, "q"_a, "k"_a.noconvert(), "v"_a.noconvert(), "sinks"_a, "pos0"_a, "window"_a, "scale"_a, "out"_a,
-        "impl"_a = "auto", "Attention with sinks and an optional sliding window over an fp16 KV cache, head-major: k [KH, cap, d], v [KH, cap, dv].");
-  m.def("moe", &moe, "gate_fmt"_a, "gate"_a, "gate_bias"_a, "up_fmt"_a, "up"_a, "up_bias"_a, "down_fmt"_a, "down"_a,
-        "down_bias"_a, "h"_a,
-        "experts"_a, "weights"_a, "out"_a, "alpha"_a, "limit"_a, "impl"_a = "auto", "acts"_a = "i16",
-        "A layer's experts: out[t] = sum_j weights[t, j] * expert(experts[t, j])(h[t]), SwiGLU with clamp.");
   m.def("peak_int16_macs", [](const std::string& impl, uint64_t iterations) {
     const gd::Impl which = parse_impl(impl);
     gd::PeakRate r;
@@ -339,12 +213,6 @@ NB_MODULE(_kernels, m) {
   }, "iterations"_a = 1000000,
         "(int16 multiply-accumulates per second on one thread, the instruction, int16 products per instruction): "
         "AMX's tiles' peak where the AVX-512 path runs its many-token products on them, measured; else a rate of 0.");
-  m.def("rms_norm", &rms_norm, "x"_a, "weight"_a, "eps"_a, "out"_a, "impl"_a = "auto",
-        "out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, each row alone.");
-  m.def("rope", &rope, "x"_a.noconvert(), "cos"_a, "sin"_a, "NeoX RoPE in place on x (T, heads, d).");
-  m.def("route", &route, "weight"_a, "bias"_a.none(), "h"_a, "top"_a.noconvert(), "weights"_a.noconvert(), "impl"_a = "auto",
-        "A MoE router: per token the k largest of weight @ h[t] + bias (ties: lowest index), descending, into top "
-        "(T, k), and their softmax into weights (T, k).");
   m.def("stream_read", &stream_read, "buf"_a, "Read every byte on all threads (a bandwidth probe).");
   m.def("set_num_threads", &gd::set_num_threads, "n"_a, "Threads for the kernels (0: one per core).");
   m.def("num_threads", &gd::num_threads);

@@ -60,6 +60,11 @@ void rms_norm(const float* x, const float* w, size_t T, size_t D, float eps, flo
   }
 }
 
+void add_rms_norm(float* x, const float* add, const float* w, size_t T, size_t D, float eps, float* out, Impl impl) {
+  for (size_t i = 0; i < T * D; ++i) x[i] += add[i];
+  rms_norm(x, w, T, D, eps, out, impl);
+}
+
 void rope(float* x, size_t T, size_t H, size_t d, const float* cos, const float* sin) {
   const size_t half = d / 2;
   for (size_t t = 0; t < T; ++t) {

@@ -12,6 +12,9 @@ namespace gd {
 
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of D floats.
 void rms_norm(const float* x, const float* w, size_t T, size_t D, float eps, float* out, Impl impl);
+// x[t] += add[t] (the residual stream), then out[t] the rms_norm of it:
+// one call where decode's Python took two, each slow with the caches cold.
+void add_rms_norm(float* x, const float* add, const float* w, size_t T, size_t D, float eps, float* out, Impl impl);
 
 // NeoX RoPE in place on x [T, H, d]: each head's first half pairs with its
 // second half, by cos and sin [T, d/2] of the token's position.

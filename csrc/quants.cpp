@@ -34,6 +34,25 @@ float fp16_to_fp32(uint16_t h) {
   return out;
 }
 
+uint16_t fp32_to_fp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const uint32_t a = x & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7E00 | uint16_t((a >> 13) & 0x3FF);   // NaN
+  if (a >= 0x477FF000u) return sign | 0x7C00;   // from 65520 on (a tie of 65504's odd code and 2^16): inf
+  if (a >= 0x38800000u) {                       // a normal fp16 (from 2^-14): rebias 127 -> 15, round 13 bits
+    const uint32_t r = a - 0x38000000u;
+    return sign | uint16_t((r + 0xFFFu + ((r >> 13) & 1)) >> 13);
+  }
+  if (a <= 0x33000000u) return sign;            // up to 2^-25 (a tie with zero's even code): zero
+  // a subnormal fp16, in units of 2^-24: the significand m (value m 2^(e - 150)) shifted right
+  const int e = int(a >> 23), shift = 126 - e;  // e 102 .. 112: shift 24 .. 14
+  const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+  const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  return sign | uint16_t(q + (rem > half || (rem == half && (q & 1))));
+}
+
 
 // ---- portable reference ---------------------------------------------------
 

@@ -20,6 +20,9 @@ constexpr int kMxfp4Bytes = 17;
 extern const int8_t kMxfp4Values[16];
 
 float fp16_to_fp32(uint16_t h);
+// The fp16 nearest to f, ties to even (as F16C's vcvtps2ph, NEON's vcvt and
+// numpy's astype(float16)); NaN stays NaN, quiet, with its payload's top bits.
+uint16_t fp32_to_fp16(float f);
 
 // 2^(e-128): the E8M0 scale with the 1/2 that undoes the doubled kvalues,
 // built from bits (it is on the hot path of every MXFP4 block).

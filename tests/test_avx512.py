@@ -28,8 +28,8 @@ import pytest
 
 from goosedump import _kernels, randblocks
 from goosedump.gguf import BLOCK_SIZES, GGMLType
-from test_neon import (ATTENTION_CASES, CSRC, FORMATS, FLOATS, NO_CONTRACT, ROOT, SOURCES, assert_same_bits,
-                       check_attention, product_case, product_results)
+from test_neon import (ATTENTION_CASES, CSRC, FORMATS, FLOATS, NO_CONTRACT, ROOT, SOURCES, STORE_CASES,
+                       assert_same_bits, check_attention, check_store, product_case, product_results)
 
 CXX = "g++"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
@@ -268,6 +268,12 @@ def test_attention_on_the_path(avx512_check, tmp_path, T, H, KH, d, pos0, window
     """The path's attention (AVX2's kernels) through the same driver."""
     check_attention(lambda case, tmp: run_cases(avx512_check, case, tmp), tmp_path, T, H, KH, d, pos0, window, cap,
                     sinks)
+
+
+@pytest.mark.parametrize("T,KH,d,dv,cap,pos0", STORE_CASES)
+def test_kv_store_on_the_path(avx512_check, tmp_path, T, KH, d, dv, cap, pos0):
+    """The path's KV store (F16C's conversion) through the same driver."""
+    check_store(lambda case, tmp: run_cases(avx512_check, case, tmp), tmp_path, T, KH, d, dv, cap, pos0)
 
 
 def test_the_emulation_maps_every_intrinsic(tmp_path):

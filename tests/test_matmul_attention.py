@@ -124,11 +124,87 @@ def test_attention_matches_float64(impl, window, cap, pos0, T, H, K, d):
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5)
 
 
+def fp16_edge_values(rng, n):
+    """float32 values across fp16's range, with its hard cases: exact ties
+    between neighbours (normal and subnormal), the overflow edge (65504,
+    65519.99, 65520), the zero edge (2^-25 and its neighbours), infinities;
+    the rest random over 2^-30 .. 2^17."""
+    ties = (rng.integers(0, 1 << 15, n).astype(np.uint16).view(np.float16).astype(np.float32)
+            .view(np.uint32) | np.uint32(0x1000)).view(np.float32)   # half-way to the next fp16 code
+    edges = np.array([65504, 65519.996, 65520, 2.0 ** -25, np.nextafter(2.0 ** -25, 1), np.nextafter(2.0 ** -25, 0),
+                      2.0 ** -14, np.nextafter(2.0 ** -14, 0), 3 * 2.0 ** -26, 0.0, -0.0, np.inf, -np.inf],
+                     np.float32)
+    spread = (rng.standard_normal(n) * 2.0 ** rng.uniform(-30, 17, n)).astype(np.float32)
+    v = np.concatenate([ties[np.isfinite(ties)], edges, -edges, spread])
+    return np.resize(v, n)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("cap,pos0,T", [(40, 0, 40), (64, 30, 1), (12, 20, 5), (143, 300, 128)])
+def test_attention_stores_new_keys_and_values_as_numpy(impl, cap, pos0, T):
+    # new_k and new_v enter the cache as numpy's astype(float16) gives them
+    # (nearest, ties to even; subnormals, overflow), at slot position % cap
+    rng = np.random.default_rng(cap + T)
+    H, K, d, dv = 16, 2, 64, 64
+    k = fp16_edge_values(rng, T * K * d).reshape(T, K, d)
+    v = fp16_edge_values(rng, T * K * dv).reshape(T, K, dv)
+    kc = rng.standard_normal((K, cap, d)).astype(np.float16)
+    vc = rng.standard_normal((K, cap, dv)).astype(np.float16)
+    ref_k, ref_v = kc.copy(), vc.copy()
+    with np.errstate(over="ignore"):   # (numpy warns of the values it rounds to infinity)
+        for t in range(T):
+            ref_k[:, (pos0 + t) % cap], ref_v[:, (pos0 + t) % cap] = k[t].astype(np.float16), v[t].astype(np.float16)
+    out = np.empty((T, H, dv), np.float32)
+    _kernels.attention(np.zeros((T, H, d), np.float32), kc.view(np.uint16), vc.view(np.uint16), None, pos0, cap - T + 1,
+                       0.125, out, impl, new_k=k, new_v=v)
+    np.testing.assert_array_equal(kc.view(np.uint16), ref_k.view(np.uint16))
+    np.testing.assert_array_equal(vc.view(np.uint16), ref_v.view(np.uint16))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_attention_reads_what_it_stored(impl):
+    # a batch's keys and values stored by the call are what its queries
+    # attend: the same output as numpy storing them first
+    rng = np.random.default_rng(7)
+    T, H, K, d, cap, pos0 = 5, 16, 2, 64, 40, 20
+    k = rng.standard_normal((T, K, d)).astype(np.float32)
+    v = rng.standard_normal((T, K, d)).astype(np.float32)
+    q = rng.standard_normal((T, H, d)).astype(np.float32)
+    kc = rng.standard_normal((K, cap, d)).astype(np.float16)
+    vc = rng.standard_normal((K, cap, d)).astype(np.float16)
+    kn, vn = kc.copy(), vc.copy()
+    for t in range(T):
+        kn[:, (pos0 + t) % cap], vn[:, (pos0 + t) % cap] = k[t], v[t]
+    want, got = np.empty((T, H, d), np.float32), np.empty((T, H, d), np.float32)
+    _kernels.attention(q, kn.view(np.uint16), vn.view(np.uint16), None, pos0, 0, 0.125, want, impl)
+    _kernels.attention(q, kc.view(np.uint16), vc.view(np.uint16), None, pos0, 0, 0.125, got, impl, new_k=k, new_v=v)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_attention_store_keeps_nan_and_refuses_bad_shapes():
+    kc = np.zeros((2, 8, 16), np.uint16)
+    k = np.full((1, 2, 16), np.nan, np.float32)
+    k[0, 1] = -np.nan
+    out = np.empty((1, 4, 16), np.float32)
+    _kernels.attention(np.zeros((1, 4, 16), np.float32), kc, kc.copy(), None, 3, 0, 1.0, out, new_k=k, new_v=k)
+    stored = kc.view(np.float16)[:, 3]
+    assert np.isnan(stored).all() and (np.signbit(stored) == np.signbit(k[0])).all()
+    with pytest.raises(ValueError, match="new_k and new_v come together"):
+        _kernels.attention(np.zeros((1, 4, 16), np.float32), kc, kc.copy(), None, 3, 0, 1.0, out, new_k=k)
+    with pytest.raises(ValueError, match=r"new_k and new_v must be \(T, kv heads, head dim\)"):
+        _kernels.attention(np.zeros((1, 4, 16), np.float32), kc, kc.copy(), None, 3, 0, 1.0, out,
+                           new_k=k[:, :1], new_v=k[:, :1])
+
+
 def test_attention_refuses_a_cache_too_small():
     q = np.zeros((5, 2, 16), np.float32)
     kc = np.zeros((1, 4, 16), np.uint16)
     with pytest.raises(ValueError, match="the KV cache holds 4 positions, these queries need 8"):
         _kernels.attention(q, kc, kc, None, 10, 4, 1.0, np.empty((5, 2, 16), np.float32))
+    new = np.ones((5, 1, 16), np.float32)   # refused before any new key or value enters the cache
+    with pytest.raises(ValueError, match="the KV cache holds 4 positions, these queries need 8"):
+        _kernels.attention(q, kc, kc, None, 10, 4, 1.0, np.empty((5, 2, 16), np.float32), new_k=new, new_v=new)
+    assert not kc.any()
 
 
 def test_threads_can_be_set():
@@ -154,6 +230,29 @@ def test_rms_norm_matches_float64(impl, T, D):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=f"rms_norm: weight has {D + 1} values, expected {D}"):
         _kernels.rms_norm(x, np.ones(D + 1, np.float32), 1e-5, out, impl)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("T,D", [(1, 2880), (5, 64)])
+def test_add_rms_norm_is_numpys_add_then_the_norm(impl, T, D):
+    # x += add in place is numpy's float32 x + add, bit for bit, and the norm
+    # the same bits as rms_norm of that sum
+    rng = np.random.default_rng(T + D)
+    x = (rng.standard_normal((T, D)) * 3).astype(np.float32)
+    add = (rng.standard_normal((T, D)) * 5).astype(np.float32)
+    w = rng.standard_normal(D).astype(np.float32)
+    want_x = x + add
+    want = np.empty_like(x)
+    _kernels.rms_norm(want_x, w, 1e-5, want, impl)
+    out = np.empty_like(x)
+    _kernels.add_rms_norm(x, add, w, 1e-5, out, impl)
+    np.testing.assert_array_equal(x, want_x)
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match=rf"add_rms_norm: add has shape \({T}, {D - 1}\), expected \({T}, {D}\)"):
+        _kernels.add_rms_norm(x, add[:, 1:].copy(), w, 1e-5, out, impl)
+    with pytest.raises(ValueError, match=f"add_rms_norm: weight has {D + 1} values, expected {D}"):
+        _kernels.add_rms_norm(x, add, np.ones(D + 1, np.float32), 1e-5, out, impl)
+    np.testing.assert_array_equal(x, want_x)   # (refused before x changed)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -185,7 +185,8 @@ def test_every_block_scale_gives_the_references_bits(neon_check, tmp_path):
 
 
 def fp16_bits(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float16).view(np.uint16)
+    with np.errstate(over="ignore"):   # (values beyond fp16's range round to infinity, as meant)
+        return a.astype(np.float16).view(np.uint16)
 
 
 ATTENTION_CASES = [
@@ -219,6 +220,37 @@ def check_attention(run, tmp_path, T, H, KH, d, pos0, window, cap, sinks) -> Non
 def test_attention_equals_the_reference(neon_check, tmp_path, T, H, KH, d, pos0, window, cap, sinks):
     check_attention(lambda case, tmp: run_cases(neon_check, case, tmp), tmp_path, T, H, KH, d, pos0, window, cap,
                     sinks)
+
+
+STORE_CASES = [(1, 8, 64, 64, 255, 300), (9, 2, 64, 32, 12, 7), (3, 3, 36, 20, 40, 0)]
+
+
+def check_store(run, tmp_path, T, KH, d, dv, cap, pos0) -> None:
+    """New keys and values into an fp16 KV cache through a path_check
+    driver: the path's bits equal the driver's reference and numpy's
+    astype(float16) (nearest, ties to even, subnormals, overflow), each
+    position at slot position % cap."""
+    from test_matmul_attention import fp16_edge_values
+    rng = np.random.default_rng(T * 10 + KH)
+    k = fp16_edge_values(rng, T * KH * d).reshape(T, KH, d)
+    v = fp16_edge_values(rng, T * KH * dv).reshape(T, KH, dv)
+    out = run(struct.pack("<7i", 2, T, KH, d, dv, cap, pos0) + k.tobytes() + v.tobytes(), tmp_path)
+    want_k, want_v = np.zeros((KH, cap, d), np.uint16), np.zeros((KH, cap, dv), np.uint16)
+    for t in range(T):
+        want_k[:, (pos0 + t) % cap], want_v[:, (pos0 + t) % cap] = fp16_bits(k[t]), fp16_bits(v[t])
+    got = np.frombuffer(out, "<u2")
+    n_k, n_v = want_k.size, want_v.size
+    assert got.size == 2 * (n_k + n_v)
+    for j, what in enumerate(("the path", "the reference")):
+        at = j * (n_k + n_v)
+        np.testing.assert_array_equal(got[at:at + n_k].reshape(want_k.shape), want_k, err_msg=f"{what}: keys")
+        np.testing.assert_array_equal(got[at + n_k:at + n_k + n_v].reshape(want_v.shape), want_v,
+                                      err_msg=f"{what}: values")
+
+
+@pytest.mark.parametrize("T,KH,d,dv,cap,pos0", STORE_CASES)
+def test_kv_store_equals_numpys_fp16(neon_check, tmp_path, T, KH, d, dv, cap, pos0):
+    check_store(lambda case, tmp: run_cases(neon_check, case, tmp), tmp_path, T, KH, d, dv, cap, pos0)
 
 
 def test_every_source_of_the_extension_compiles_for_aarch64(tmp_path):

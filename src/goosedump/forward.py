@@ -22,7 +22,7 @@ from .gguf import GGUFFile
 from .kvcache import PREFILL_BATCH, KVCache
 from .options import Options
 from .probe import NO_PROBE, Probe
-from .weights import Layer, expert_ffn, load_head, load_layers, qmatrix, rms_norm
+from .weights import Layer, add_rms_norm, expert_ffn, load_head, load_layers, qmatrix, rms_norm
 
 # (cache, first position, first row, end row) of each sequence in a batch
 Spans = Sequence[tuple[KVCache, int, int, int]]
@@ -157,8 +157,8 @@ class Transformer:
         x = np.empty((len(tokens), c.n_embd), np.float32)
         _kernels.get_rows(self.token_embd.fmt, self.token_embd.raw, tokens, x)  # embeddings
         cos, sin = self.rope_tables(positions)
+        h = rms_norm(x, self.layers[0].attn_norm, c.rms_eps)
         for i, L in enumerate(self.layers):
-            h = rms_norm(x, L.attn_norm, c.rms_eps)
             if len(batches) == 1:
                 a = self.attention(L, i, h, batches[0][2], cos, sin, probe)
                 if after is not None:
@@ -169,9 +169,14 @@ class Transformer:
                     a[r0:r1] = self.attention(L, i, h[r0:r1], seqs, cos[r0:r1], sin[r0:r1], probe)
                     if after is not None:
                         after(i, r1)
-            x = x + a
-            h = np.ascontiguousarray(rms_norm(x, L.post_attention_norm, c.rms_eps))
-            x = x + self.moe(L, i, h, spans, probe)
+            # the residual stream x gains each block's output in place, and the
+            # next norm is taken in the same call (x + a, then the norm: the same bits)
+            h = add_rms_norm(x, a, L.post_attention_norm, c.rms_eps)
+            m = self.moe(L, i, h, spans, probe)
+            if i + 1 < len(self.layers):
+                h = add_rms_norm(x, m, self.layers[i + 1].attn_norm, c.rms_eps)
+            else:
+                x += m
         return x
 
     # -- pieces ----------------------------------------------------------------
@@ -194,13 +199,10 @@ class Transformer:
             k = apply_rope(k, cos, sin)
             out = np.empty((T, c.n_head, c.value_dim), np.float32)
             for cache, pos0, r0, r1 in seqs:
-                kc, vc = cache.k[i], cache.v[i]                          # (views of the head-major arrays)
-                slots = np.arange(pos0, pos0 + r1 - r0) % kc.shape[0]
-                kc[slots] = k[r0:r1]                                    # the cache is fp16
-                vc[slots] = v[r0:r1]
-                # softmax over [scores..., sink]; even layers see only the last `window` positions
-                _kernels.attention(q[r0:r1], cache.k_heads[i].view(np.uint16), cache.v_heads[i].view(np.uint16),
-                                   L.attn_sinks, pos0, L.window, 1.0 / math.sqrt(c.head_dim), out[r0:r1])
+                # the new keys and values into the fp16 cache (slot: position modulo its size),
+                # then softmax over [scores..., sink]; even layers see only the last `window` positions
+                _kernels.attention(q[r0:r1], cache.k_bits[i], cache.v_bits[i], L.attn_sinks, pos0, L.window,
+                                   1.0 / math.sqrt(c.head_dim), out[r0:r1], new_k=k[r0:r1], new_v=v[r0:r1])
         with probe.timer("attn_proj"):
             return L.attn_output(out.reshape(T, c.n_head * c.value_dim))    # [T, D]
 

@@ -37,6 +37,10 @@ class KVCache:
             self.v_heads.append(np.zeros((c.n_head_kv, cap, c.value_dim), np.float16))
         self.k = [a.transpose(1, 0, 2) for a in self.k_heads]
         self.v = [a.transpose(1, 0, 2) for a in self.v_heads]
+        # their bits as the attention kernel takes them (made once: a view a
+        # call cost microseconds a layer at decode, with the caches cold)
+        self.k_bits = [a.view(np.uint16) for a in self.k_heads]
+        self.v_bits = [a.view(np.uint16) for a in self.v_heads]
         # (layer, window) of the layers whose ring is shorter than the context
         self.rings = [(i, c.sliding_window) for i in range(c.n_layer) if len(self.k[i]) < n_ctx]
         self.n = 0

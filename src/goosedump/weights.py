@@ -34,6 +34,14 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return out
 
 
+def add_rms_norm(x: np.ndarray, add: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x += add in place (x: float32, contiguous), then rms_norm(x, w, eps):
+    the residual stream's step and the next norm in one native call."""
+    out = np.empty_like(x)
+    _kernels.add_rms_norm(x, np.ascontiguousarray(add, dtype=np.float32), w, eps, out)
+    return out
+
+
 @dataclass
 class QMatrix:
     """A quantized weight matrix: rows of output features."""

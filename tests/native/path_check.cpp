@@ -16,6 +16,10 @@
 //     q (T x H x d floats), k and v (KH x cap x d / dv fp16 bits), sinks (H
 //     floats, when has_sinks). Writes out (T x H x dv) for the path and the
 //     reference.
+//   kind 2, the KV store: T, KH, d, dv, cap, pos0; then k (T x KH x d) and v
+//     (T x KH x dv) floats. Writes the fp16 bits of the key cache, then the
+//     value cache (KH x cap x d / dv, zeros where no position went) for the
+//     path and the reference.
 #include <cstdint>
 #include <cstdio>
 #include <cmath>
@@ -92,6 +96,19 @@ void attention(Reader& r, FILE* out) {
   write(out, ref);
 }
 
+void store(Reader& r, FILE* out) {
+  const size_t T = size_t(r.i32()), KH = size_t(r.i32()), d = size_t(r.i32()), dv = size_t(r.i32());
+  const size_t cap = size_t(r.i32()), pos0 = size_t(r.i32());
+  const auto k = r.array<float>(T * KH * d);
+  const auto v = r.array<float>(T * KH * dv);
+  for (gd::Impl impl : {kPath, gd::Impl::Generic}) {
+    std::vector<uint16_t> kc(KH * cap * d), vc(KH * cap * dv);
+    gd::store_kv(k.data(), v.data(), T, KH, d, dv, kc.data(), vc.data(), cap, pos0, impl);
+    std::fwrite(kc.data(), 2, kc.size(), out);
+    std::fwrite(vc.data(), 2, vc.size(), out);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,6 +134,7 @@ int main(int argc, char** argv) {
     for (int kind; std::fread(&kind, 4, 1, r.f) == 1; ++cases) {
       if (kind == 0) product(r, out);
       else if (kind == 1) attention(r, out);
+      else if (kind == 2) store(r, out);
       else throw std::runtime_error("unknown case kind " + std::to_string(kind));
     }
   } catch (const std::exception& e) {
