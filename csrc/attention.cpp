@@ -308,6 +308,7 @@ void to_f16_neon(const float* x, uint16_t* out, size_t n) {
 
 void store_kv(const float* k, const float* v, size_t T, size_t KH, size_t d, size_t dv, uint16_t* kc, uint16_t* vc,
               size_t cap, size_t pos0, Impl impl) {
+  if (T == 0) return;   // (nothing to store, and no slot to take modulo an empty cache)
   const Impl which = resolve_impl(impl);
   auto to_f16 = to_f16_generic;
 #ifdef GD_X86

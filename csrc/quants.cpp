@@ -53,7 +53,6 @@ uint16_t fp32_to_fp16(float f) {
   return sign | uint16_t(q + (rem > half || (rem == half && (q & 1))));
 }
 
-
 // ---- portable reference ---------------------------------------------------
 
 static void dequantize_q8_0_generic(const uint8_t* src, float* out, size_t n_blocks) {
