@@ -41,7 +41,7 @@ inline gd::Format parse_format(const std::string& fmt) { return gd::parse_format
 
 inline std::string shape_str(size_t a, size_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
 
-// W: (N, row bytes) quantized rows; returns K, checked against the row size.
+// W: (N, row bytes) quantized rows, checked against K columns of format f.
 inline void check_weights(gd::Format f, const Weights& W, size_t K) {
   const size_t block = std::max<size_t>(32, size_t(gd::block_values(f)));
   if (K % block) throw std::invalid_argument("activations have " + std::to_string(K) + " columns, not a multiple of " +

@@ -15,7 +15,6 @@
 #include "moe.h"
 #include "ops.h"
 #include "quants.h"
-#include "rows.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
