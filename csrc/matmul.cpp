@@ -48,9 +48,9 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
     if (amx_products(f, impl, T)) {
       const size_t nbp = grouped_blocks(K / kBlock), tiles = (T + kAmxTokens - 1) / kAmxTokens;
       amx.resize(tiles * nbp * amx_block_words(f));
-      amx_e.resize(tiles * nbp * kAmxTokens);
+      if (f == Format::Q8_0) amx_e.resize(tiles * nbp * kAmxTokens);
       amx_format = f;
-      amx_acts(f, q.data(), d.data(), e.data(), T, K / kBlock, amx.data(), amx_e.data());
+      if (!amx_acts(f, q.data(), d.data(), e.data(), T, K / kBlock, amx.data(), amx_e.data(), amx_k)) amx.clear();
     }
 #endif
     if (has_min(f))   // the sum of each half block's codes: the minimums' terms need it
@@ -77,7 +77,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
     const bool amx = !a.amx.empty() && a.amx_format == f;
     const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data(), a.even_odd,
                     a.split.empty() || a.split_format != f ? nullptr : a.split.data(), amx ? a.amx.data() : nullptr,
-                    amx ? a.amx_e.data() : nullptr};
+                    amx && !a.amx_e.empty() ? a.amx_e.data() : nullptr, a.amx_k};
 #ifdef GD_X86
     if (impl == Impl::Avx512) return rows_avx512_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
     if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);

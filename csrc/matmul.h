@@ -93,9 +93,20 @@ constexpr size_t split_tokens(Format f) { return f == Format::MXFP4 ? 3 : f == F
 // row i holding codes 2i and 2i + 1 of each token in turn (tdpbf16ps's
 // pairs); Q8_0's two tiles of 8 rows of 64 bytes, the first the lo bytes,
 // the second the hi bytes, row i holding codes 4i .. 4i + 3 of each token in
-// turn. amx_e[(tile nbp + slot) 16 + token]: MXFP4's grouped e plus 8, as a
-// float; Q8_0's d. A last tile's missing tokens are zeros.
+// turn. MXFP4's words are the activations' values, lo and 256 hi times the
+// block's scale 2^-k (amx_k: the range of -k); Q8_0's bytes take their
+// scale apart, amx_e[(tile nbp + slot) 16 + token]: the block's d. A last
+// tile's missing tokens are zeros.
 constexpr size_t kAmxTokens = 16;
+
+// The least and greatest power of two that MXFP4's AMX form multiplied its
+// blocks' activations by (-k of a scale 2^-k; blocks of zeros aside: none, an
+// empty range).
+struct AmxExponents {
+  int lo = 1, hi = 0;
+  bool empty() const { return lo > hi; }
+};
+
 bool amx_products(Format f, Impl impl, size_t T);
 // The words of amx a block and tile of tokens take: MXFP4's two tiles of 16
 // rows of 64 bytes, Q8_0's two of 8 (the second tile starts halfway).
@@ -132,8 +143,9 @@ struct ActView {
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
   std::vector<SplitGroup> split;   // up to split_tokens(f) tokens, grouped: the codes split into bytes
   Format split_format{};           // (the format whose offset and scales it holds)
-  std::vector<uint16_t, LineAligned<uint16_t>> amx;   // MXFP4's many tokens on AMX (amx_products): AMX's form
+  std::vector<uint16_t, LineAligned<uint16_t>> amx;   // many tokens on AMX (amx_products): AMX's form
   std::vector<float, LineAligned<float>> amx_e;
+  AmxExponents amx_k;
   Format amx_format{};             // (the format whose form it holds)
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);
   // The form a format's products read activations in on the path impl

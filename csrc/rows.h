@@ -58,8 +58,9 @@ struct I16Acts {
   const int32_t* s;
   bool even_odd;   // each block's codes in act_slot's order (ActView::even_odd)
   const SplitGroup* split = nullptr;   // a few tokens of the grouped form also split into bytes (or null)
-  const uint16_t* amx = nullptr;       // MXFP4's many tokens also in AMX's form (ActView::amx, or null)
-  const float* amx_e = nullptr;
+  const uint16_t* amx = nullptr;       // many tokens also in AMX's form (ActView::amx, or null)
+  const float* amx_e = nullptr;        // (Q8_0's)
+  AmxExponents amx_k;                  // (MXFP4's)
 };
 
 // Calls fn(std::integral_constant<int, tt>) for a tile of 1..8 tokens, so
@@ -180,7 +181,7 @@ inline void with_format(Format f, Fn&& fn) {
 // see act_block).
 inline I16Acts acts_from(const I16Acts& a, size_t blocks) {
   return I16Acts{a.q + blocks * 32, a.d ? a.d + blocks : a.d, a.e ? a.e + blocks : a.e,
-                 a.s ? a.s + 2 * blocks : a.s, a.even_odd};
+                 a.s ? a.s + 2 * blocks : a.s, a.even_odd, nullptr, nullptr, nullptr, {}};
 }
 
 // An int16 product's rows [n0, n1) for a block format, in tiles:
@@ -228,8 +229,10 @@ void split_acts_avx512(Format f, const int16_t* q, const float* d, const int32_t
 // blocks per row).
 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y,
               size_t ldy, const float* bias);
-void amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
-              float* out_e);
+// False where MXFP4's activations are too large for the form (a scale
+// beyond 2^112: those products stay on the vectors); k: the form's range.
+bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
+              float* out_e, AmxExponents& k);
 
 // NEON (rows_neon.cpp); only compiled for and called on AArch64. The int16
 // path is bit for bit rows_generic_i16.

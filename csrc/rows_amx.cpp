@@ -7,16 +7,23 @@
 // into fp32 sums, which hold it exactly when each factor has at most 8
 // significant bits and every partial sum stays below 2^24: the codes do, and
 // an activation q = 256 hi + lo splits into lo (0..255) and 256 hi (hi
-// -128..127), each exact in bf16. So one tile of 16 weight rows (a block's
-// 32 codes each) against two tiles of 16 tokens (their lo and their 256 hi
-// halves), two tdpbf16ps into one zeroed tile, gives each row and token the
-// block's exact sum, the number rows_grouped forms by vpdpwssd. The vector
-// unit then takes it the same way: vscalefps by the weight's scale byte plus
-// the token's exponent (ActView's grouped e, plus 8: these sums are the
-// products once, rows_grouped's 256 times), added into the accumulator of
-// the block's place in its group of eight (rows_grouped's lane pair 2p,
-// 2p + 1), blocks in order; the row's eight accumulators then summed as
-// hsum_rows sums its lanes: ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)).
+// -128..127), each exact in bf16. Each factor also carries its scale, a
+// power of two: the weight's code times 2^(s - 128) (s its block's scale
+// byte), the activation's lo and 256 hi times 2^-k (its block's 2^-k).
+// Scaled so, every factor, product and partial sum is the same integer
+// times one power of two, 2^(s - 128 - k), exact while that power keeps them
+// normal floats (fold_fits; elsewhere the tiles take no part: rows whose
+// scales fall outside run on the vectors, as do a product's tokens whose
+// scales do). So one tile of 16 weight rows (a block's 32 values each)
+// against two tiles of 16 tokens (their lo and their 256 hi halves), two
+// tdpbf16ps into one zeroed tile, gives each row and token the block's
+// exact sum already scaled: the number rows_grouped makes of its vpdpwssd
+// sum by vscalefps. The vector unit adds it into the accumulator of the
+// block's place in its group of eight (rows_grouped's lane pair 2p, 2p + 1),
+// blocks in order; the row's eight accumulators then summed as hsum_rows
+// sums its lanes: ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)). (Scaling each
+// block's sums on the vector unit instead, one vscalefps a row, had cost a
+// quarter of the time: the 20b's prefill 1.06x without it.)
 //
 // Q8_0's codes (-128..127) against 256 hi would pass 2^24, so its blocks go
 // through the tiles' int8 products instead: the codes as they are in the
@@ -62,13 +69,31 @@ Bf16Table bf16_table() {
 // one place reads its tiles one after another.
 inline size_t slot(size_t b, size_t nbp) { return (b % kGroup) * (nbp / kGroup) + b / kGroup; }
 
-// Rows [0, rows) of a task's 16 (the rest zeros) as bf16 codes: block b's
-// tile of 16 rows at w + slot(b) 512, row r's 32 codes 64 bytes after row
-// r - 1's; each block's scale byte as a float at ew[r nb + b].
-AVX512 void decode_rows(const uint8_t* W, size_t rb, size_t rows, size_t nb, uint16_t* w, float* ew) {
+// Whether MXFP4's rows [0, rows) may carry their scales on the tiles against
+// activations scaled by 2^lo .. 2^hi (k): each value, code times 2^(s - 128),
+// a normal bf16 (scale bytes 2..251), and each product and partial sum of a
+// block, an integer below 2^24 times 2^(s - 128 + x), a normal float
+// (2^-126 <= 2^(s - 128 + x) <= 2^103).
+bool fold_fits(const uint8_t* W, size_t rb, size_t rows, size_t nb, AmxExponents k) {
+  int lo = 255, hi = 0;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t b = 0; b < nb; ++b) {
+      const int s = W[r * rb + 17 * b];
+      lo = std::min(lo, s), hi = std::max(hi, s);
+    }
+  if (lo < 2 || hi > 251) return false;
+  return k.empty() || (lo - 128 + k.lo >= -126 && hi - 128 + k.hi <= 103);
+}
+
+// Rows [0, rows) of a task's 16 (the rest zeros) as bf16 values, each code
+// times its block's 2^(s - 128) (added to the exponent of each nonzero
+// word; fold_fits has checked): block b's tile of 16 rows at w + slot(b)
+// 512, row r's 32 values 64 bytes after row r - 1's.
+AVX512 void decode_rows(const uint8_t* W, size_t rb, size_t rows, size_t nb, uint16_t* w) {
   static const Bf16Table table = bf16_table();
   const __m512i tv = _mm512_load_si512(table.v);
   const __m128i low = _mm_set1_epi8(0x0F);
+  const __m512i nonzero = _mm512_set1_epi16(0x7FFF);   // (a word but its sign)
   const size_t nbp = grouped_blocks(nb);
   // block by block in the buffer's order, each tile's 16 rows in turn: the
   // stores in sequence (row by row, each row's blocks a kilobyte apart, the
@@ -79,7 +104,6 @@ AVX512 void decode_rows(const uint8_t* W, size_t rb, size_t rows, size_t nb, uin
       for (size_t r = 0; r < kTile; ++r, out += 32) {
         if (r >= rows) {
           _mm512_store_si512(out, _mm512_setzero_si512());
-          ew[r * nb + b] = 0.f;
           continue;
         }
         // a block: its scale byte, then 16 bytes whose low nibbles are codes
@@ -89,8 +113,9 @@ AVX512 void decode_rows(const uint8_t* W, size_t rb, size_t rows, size_t nb, uin
         const __m128i lo = _mm_and_si128(x, low), hi = _mm_and_si128(_mm_srli_epi16(x, 4), low);
         const __m512i idx = _mm512_cvtepi8_epi16(   // (nibbles: sign extension is zero extension)
             _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
-        _mm512_store_si512(out, _mm512_permutexvar_epi16(idx, tv));
-        ew[r * nb + b] = float(blk[0]);
+        const __m512i v = _mm512_permutexvar_epi16(idx, tv);
+        const __m512i scale = _mm512_set1_epi16(int16_t((int(blk[0]) - 128) * 128));   // (the exponent's bits)
+        _mm512_store_si512(out, _mm512_mask_add_epi16(v, _mm512_test_epi16_mask(v, nonzero), v, scale));
       }
     }
 }
@@ -160,9 +185,9 @@ inline void pass_block(const TaskRows& rows, const uint16_t* at, size_t b, size_
   else block_sums<F, 4>(rows, at, b, s, c[1]);
 }
 
-// A task's 16 rows (their scales ws: MXFP4's scale bytes, Q8_0's fp16
-// scales, as floats, ws[r nb + b]) against one tile of 16 tokens (at, et:
-// its AMX form): sums[r][t], each row's sum over its blocks.
+// A task's 16 rows (Q8_0's: their fp16 scales as floats, ws[r nb + b])
+// against one tile of 16 tokens (at, et: its AMX form): sums[r][t], each
+// row's sum over its blocks.
 template <Format F>
 AVX512 void token_tile(const TaskRows& rows, const float* ws, const uint16_t* at, const float* et, size_t nb,
                        float (&sums)[kTile][kTile]) {
@@ -179,13 +204,14 @@ AVX512 void token_tile(const TaskRows& rows, const float* ws, const uint16_t* at
       const size_t b = place + kGroup * i;
       if (i + 1 < blocks) pass_block<F>(rows, at, b + kGroup, slot(b + kGroup, nbp), i + 1, c);
       const BlockSums<F>& x = c[i % 2];
-      const __m512 e = _mm512_load_ps(et + kTile * slot(b, nbp));   // MXFP4: exponents; Q8_0: 2^-k
-      GD_EACH_ROW
-      for (size_t r = 0; r < kTile; ++r) {
-        const __m512 w = _mm512_set1_ps(ws[r * nb + b]);
-        if constexpr (F == Format::MXFP4) {
-          acc[r] = _mm512_add_ps(acc[r], _mm512_scalef_ps(_mm512_load_ps(x.v[r]), _mm512_add_ps(e, w)));
-        } else {
+      if constexpr (F == Format::MXFP4) {   // (scaled already)
+        GD_EACH_ROW
+        for (size_t r = 0; r < kTile; ++r) acc[r] = _mm512_add_ps(acc[r], _mm512_load_ps(x.v[r]));
+      } else {
+        const __m512 e = _mm512_load_ps(et + kTile * slot(b, nbp));   // 2^-k
+        GD_EACH_ROW
+        for (size_t r = 0; r < kTile; ++r) {
+          const __m512 w = _mm512_set1_ps(ws[r * nb + b]);
           const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(x.hi[r]), 8),
                                                _mm512_load_si512(x.lo[r]));
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(w, e), acc[r]);
@@ -206,12 +232,26 @@ AVX512 void token_tile(const TaskRows& rows, const float* ws, const uint16_t* at
 
 }  // namespace
 
-void amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
-              float* out_e) {
+bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
+              float* out_e, AmxExponents& k) {
   const size_t nbp = grouped_blocks(nb), tiles = (T + kTile - 1) / kTile;
   const size_t per_block = amx_block_words(f), half = per_block / 2;   // words
+  k = {};
+  if (f == Format::MXFP4) {   // the scales' range, over the blocks with a code other than 0
+    for (size_t t = 0; t < T; ++t)
+      for (size_t b = 0; b < nb; ++b) {
+        const size_t run = grouped_block(t, b - b % kGroup, T, nbp), p = b % kGroup;
+        bool zeros = true;
+        for (size_t v = 0; v < 8 && zeros; ++v)
+          for (size_t i = 0; i < 4; ++i) zeros = zeros && q[(run + v) * kBlock + p * 4 + i] == 0;
+        if (zeros) continue;
+        const int x = e[run + p] - kGroupedScaleBias;   // -k
+        k = k.empty() ? AmxExponents{x, x} : AmxExponents{std::min(k.lo, x), std::max(k.hi, x)};
+      }
+    if (!k.empty() && k.hi > 112) return false;   // (256 hi times 2^-k: beyond bf16's largest)
+  }
   std::memset(out, 0, tiles * nbp * per_block * sizeof(uint16_t));   // (a last tile's missing tokens: zeros)
-  std::memset(out_e, 0, tiles * nbp * kTile * sizeof(float));
+  if (f == Format::Q8_0) std::memset(out_e, 0, tiles * nbp * kTile * sizeof(float));
   for (size_t t = 0; t < T; ++t) {
     const size_t u = t / kTile, tok = t % kTile;
     for (size_t b = 0; b < nb; ++b) {
@@ -219,23 +259,27 @@ void amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size
       const size_t at_slot = u * nbp + slot(b, nbp);
       uint16_t* lo = out + at_slot * per_block;
       uint8_t* bytes = reinterpret_cast<uint8_t*>(lo);
+      // (MXFP4: the block's 2^-k, a normal float for every k; products with
+      // codes of 0 only, where it may be out of fold_fits' range, are zeros)
+      const float scale = std::ldexp(1.f, e[run + p] - kGroupedScaleBias);
       for (size_t v = 0; v < 8; ++v)
         for (size_t i = 0; i < 4; ++i) {
           const int x = q[(run + v) * kBlock + p * 4 + i];
           const size_t j = grouped_slot(v, i);
           if (f == Format::MXFP4) {   // bf16 pairs: row j / 2, token's pair
             const size_t at = (j / 2) * 2 * kTile + tok * 2 + j % 2;
-            lo[at] = bf16_of(float(x & 0xFF));
-            lo[half + at] = bf16_of(float((x >> 8) * 256));
+            lo[at] = bf16_of(float(x & 0xFF) * scale);
+            lo[half + at] = bf16_of(float((x >> 8) * 256) * scale);
           } else {                    // bytes in fours: row j / 4, token's four
             const size_t at = (j / 4) * 4 * kTile + tok * 4 + j % 4;
             bytes[at] = uint8_t(x & 0xFF);
             bytes[2 * half + at] = uint8_t(x >> 8);   // (half: words)
           }
         }
-      out_e[at_slot * kTile + tok] = f == Format::MXFP4 ? float(e[run + p] + 8) : d[run + p];
+      if (f == Format::Q8_0) out_e[at_slot * kTile + tok] = d[run + p];
     }
   }
+  return true;
 }
 
 AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
@@ -246,7 +290,7 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
   static thread_local std::vector<uint16_t, LineAligned<uint16_t>> w_buf;
   static thread_local std::vector<float> ws_buf;
   if (f == Format::MXFP4) w_buf.resize(kTile * nbp * 32);
-  ws_buf.resize(kTile * nb);
+  else ws_buf.resize(kTile * nb);
   uint16_t* w = w_buf.data();
   float* ws = ws_buf.data();
   static const amx::TileConfig bf16 = amx::full_tiles(), int8 = int8_tiles();
@@ -255,7 +299,11 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
   for (size_t n = n0; n < n1; n += kTile) {
     const size_t rows = std::min(kTile, n1 - n);
     if (f == Format::MXFP4) {
-      decode_rows(W + n * rb, rb, rows, nb, w, ws);
+      if (!fold_fits(W + n * rb, rb, rows, nb, a.amx_k)) {   // (scales beyond the tiles' floats: the vectors)
+        rows_avx512_grouped(f, W, n, n + rows, K, a, T, Y, ldy, bias);
+        continue;
+      }
+      decode_rows(W + n * rb, rb, rows, nb, w);
     } else if (rows < kTile) {   // (Q8_0's tiles load whole rows from the matrix: a short task's the vectors')
       rows_avx512_grouped(f, W, n, n1, K, a, T, Y, ldy, bias);
       break;

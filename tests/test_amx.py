@@ -3,7 +3,8 @@ the CPU has them (AMX-TILE and AMX-BF16 beside the AVX-512 path), and where
 it has them, MXFP4's and Q8_0's products of 16 tokens and more (prefill's
 experts and attention projections) on the tiles give the bits the AVX-512 kernels give without them
 (GOOSEDUMP_AMX=0, in a second process: the choice is made once per
-process). On other CPUs tests/test_avx512.py runs the same kernel with each
+process), MXFP4's at the edges of the range where its scales ride in the
+tiles' numbers too (the instruction flushes denormals). On other CPUs tests/test_avx512.py runs the same kernel with each
 tile instruction computed in C++."""
 from __future__ import annotations
 
@@ -42,6 +43,24 @@ for fmt, n, k, t in [(f, *shape) for f in ("mxfp4", "q8_0")
     for i in range(t):
         _kernels.matmul(fmt, w, x[i:i + 1], alone[i:i + 1], bias, "avx512", "i16")
     out[f"{fmt} {n}x{k}x{t} alone"] = alone
+# MXFP4's scales carried in the tiles' numbers, at the edges of where that is
+# exact (tests/test_avx512.py's AMX_EDGES): no bias, which would hide sums of 2^-140
+for name, (n, k, t), rows, largest, byte in [("tiny scales in two rows", (40, 2880, 20), True, None, None),
+                                            ("tiny activations", (24, 512, 18), False, 1e-36, None),
+                                            ("huge activations", (24, 512, 18), False, 1e35, None),
+                                            ("beyond the tiles", (24, 512, 17), False, -3.4e38, 100)]:
+    w = np.ascontiguousarray(randblocks.blocks(GGMLType.MXFP4, rng, n * k // 32, 0.02).reshape(n, -1))
+    x = rng.standard_normal((t, k)).astype(np.float32)
+    if rows:
+        w[3, 0::17], w[22, 0::17] = 1, 5
+    else:
+        x[1] = x[1] / np.abs(x[1]).max() * np.float32(abs(largest))
+        x[1, np.argmax(np.abs(x[1]))] = largest
+    if byte is not None:
+        w[:, 0::17] = byte
+    y = np.empty((t, n), np.float32)
+    _kernels.matmul("mxfp4", w, x, y, np.zeros(n, np.float32), "avx512", "i16")
+    out[f"edge: {name}"] = y
 np.savez(sys.argv[1], **out)
 """
 

@@ -263,6 +263,58 @@ def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, f
         assert np.all(np.abs(path - ref) <= 1e-3 * (np.abs(ref) + 1)), what
 
 
+# MXFP4's tiles carry the scales in their numbers (rows_amx.cpp): cases at
+# the edges of the range where that is exact, each a name, the shape and
+# what it does to the realistic weights (their scale bytes, 17 apart) and
+# activations. Rows of tiny scales (1 and 5: their tasks of 16 rows run on
+# the vectors, the product's last task on the tiles); a token of tiny
+# activations (2^-126: the whole product on the vectors); one of huge ones
+# (2^116: on the tiles, sums scaled up to 2^94); one beyond (-3.4e38, whose
+# 256 hi times its 2^113 is -2^128, against weights of scale 2^-28, which
+# alone would fit: the vectors).
+def _tiny_rows(w, x):
+    w[3, 0::17], w[22, 0::17] = 1, 5
+
+
+def _token(largest, scale_byte=None):
+    def edit(w, x):   # (the largest negative: its code -32,7xx, 256 times -128 plus some)
+        x[1] = x[1] / np.abs(x[1]).max() * np.float32(abs(largest))
+        x[1, np.argmax(np.abs(x[1]))] = largest
+        if scale_byte is not None:
+            w[:, 0::17] = scale_byte
+    return edit
+
+
+AMX_EDGES = [("tiny scales in two rows", (40, 2880, 20), _tiny_rows),
+             ("a token of tiny activations", (24, 512, 18), _token(1e-36)),
+             ("a token of huge activations", (24, 512, 18), _token(1e35)),
+             ("a token beyond the tiles' range", (24, 512, 17), _token(-3.4e38, 100))]
+
+
+def test_amx_tiles_at_the_edges_of_their_range(avx512_check, tmp_path):
+    """MXFP4's products on AMX's tiles where the scales folded into their
+    numbers would leave normal floats (amx.h's emulation flushes denormals
+    as the instruction does): still the AVX-512 kernels' bits, and each
+    token alone's. Made to fold regardless, the tiny cases fail."""
+    rng = np.random.default_rng(22)
+    cases, inputs = [], []
+    for name, (n, k, t), edit in AMX_EDGES:
+        w = realistic(rng, "mxfp4", n, k)
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        edit(w, x)
+        bias = np.zeros(n, np.float32)   # (a bias of 1 would hide sums of 2^-140)
+        cases.append(product_case(FORMATS.index("mxfp4"), w, x, bias, True))
+        inputs.append(("mxfp4", w, x, bias))
+    tiles = run_cases(avx512_check, b"".join(cases), tmp_path)
+    vectors = run_cases(avx512_check, b"".join(cases), tmp_path, GOOSEDUMP_AMX="0")
+    for (name, *_), (*_, path, ref, alone, what), (*_, path0, _, alone0, _) in zip(
+            AMX_EDGES, results(tiles, inputs), results(vectors, inputs)):
+        assert_same_bits(path0, path, f"{what}: {name}")
+        assert_same_bits(alone, path, f"{what}: {name}")
+        assert_same_bits(alone0, alone, f"{what}: {name}")
+        assert np.isfinite(path).all(), name
+
+
 @pytest.mark.parametrize("T,H,KH,d,pos0,window,cap,sinks", ATTENTION_CASES)
 def test_attention_on_the_path(avx512_check, tmp_path, T, H, KH, d, pos0, window, cap, sinks):
     """The path's attention (AVX2's kernels) through the same driver."""
