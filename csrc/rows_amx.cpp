@@ -232,54 +232,76 @@ AVX512 void token_tile(const TaskRows& rows, const float* ws, const uint16_t* at
 
 }  // namespace
 
+// Where code (v, i) of a block's grouped run (grouped_slot's j) goes in a
+// token's column of the block's tile: MXFP4's bf16 pairs (row j / 2, the
+// pair's j % 2), Q8_0's bytes in fours (row j / 4, the four's j % 4).
+struct AmxPlaces {
+  uint16_t mxfp4[8][4], q8[8][4];
+};
+constexpr AmxPlaces amx_places() {
+  AmxPlaces p{};
+  for (size_t v = 0; v < 8; ++v)
+    for (size_t i = 0; i < 4; ++i) {
+      const size_t j = grouped_slot(v, i);
+      p.mxfp4[v][i] = uint16_t((j / 2) * 2 * kTile + j % 2);
+      p.q8[v][i] = uint16_t((j / 4) * 4 * kTile + j % 4);
+    }
+  return p;
+}
+constexpr AmxPlaces kAmxPlaces = amx_places();
+
+inline float pow2f(int s) {   // 2^s, s in -126..127
+  const uint32_t bits = uint32_t(s + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
               float* out_e, AmxExponents& k) {
   const size_t nbp = grouped_blocks(nb), tiles = (T + kTile - 1) / kTile;
   const size_t per_block = amx_block_words(f), half = per_block / 2;   // words
-  k = {};
-  if (f == Format::MXFP4) {   // the scales' range, over the blocks with a code other than 0
-    for (size_t t = 0; t < T; ++t)
-      for (size_t b = 0; b < nb; ++b) {
-        const size_t run = grouped_block(t, b - b % kGroup, T, nbp), p = b % kGroup;
-        bool zeros = true;
-        for (size_t v = 0; v < 8 && zeros; ++v)
-          for (size_t i = 0; i < 4; ++i) zeros = zeros && q[(run + v) * kBlock + p * 4 + i] == 0;
-        if (zeros) continue;
-        const int x = e[run + p] - kGroupedScaleBias;   // -k
-        k = k.empty() ? AmxExponents{x, x} : AmxExponents{std::min(k.lo, x), std::max(k.hi, x)};
-      }
-    if (!k.empty() && k.hi > 112) return false;   // (256 hi times 2^-k: beyond bf16's largest)
-  }
   std::memset(out, 0, tiles * nbp * per_block * sizeof(uint16_t));   // (a last tile's missing tokens: zeros)
   if (f == Format::Q8_0) std::memset(out_e, 0, tiles * nbp * kTile * sizeof(float));
+  k = {};
   for (size_t t = 0; t < T; ++t) {
     const size_t u = t / kTile, tok = t % kTile;
     for (size_t b = 0; b < nb; ++b) {
       const size_t run = grouped_block(t, b - b % kGroup, T, nbp), p = b % kGroup;
+      const int16_t* codes = q + run * kBlock + p * 4;   // (code (v, i) at v kBlock + i)
       const size_t at_slot = u * nbp + slot(b, nbp);
-      uint16_t* lo = out + at_slot * per_block;
-      uint8_t* bytes = reinterpret_cast<uint8_t*>(lo);
-      // (MXFP4: the block's 2^-k, a normal float for every k; products with
-      // codes of 0 only, where it may be out of fold_fits' range, are zeros)
-      const float scale = std::ldexp(1.f, e[run + p] - kGroupedScaleBias);
-      for (size_t v = 0; v < 8; ++v)
-        for (size_t i = 0; i < 4; ++i) {
-          const int x = q[(run + v) * kBlock + p * 4 + i];
-          const size_t j = grouped_slot(v, i);
-          if (f == Format::MXFP4) {   // bf16 pairs: row j / 2, token's pair
-            const size_t at = (j / 2) * 2 * kTile + tok * 2 + j % 2;
-            lo[at] = bf16_of(float(x & 0xFF) * scale);
-            lo[half + at] = bf16_of(float((x >> 8) * 256) * scale);
-          } else {                    // bytes in fours: row j / 4, token's four
-            const size_t at = (j / 4) * 4 * kTile + tok * 4 + j % 4;
-            bytes[at] = uint8_t(x & 0xFF);
-            bytes[2 * half + at] = uint8_t(x >> 8);   // (half: words)
+      if (f == Format::MXFP4) {
+        uint16_t* lo = out + at_slot * per_block + tok * 2;
+        // the block's 2^-k, a normal float for every k (products of zero
+        // codes only, where it may be out of fold_fits' range, are zeros)
+        const int x = e[run + p] - kGroupedScaleBias;   // -k
+        const float scale = pow2f(x);
+        bool zeros = true;
+        for (size_t v = 0; v < 8; ++v)
+          for (size_t i = 0; i < 4; ++i) {
+            const int c = codes[v * kBlock + i];
+            zeros = zeros && c == 0;
+            const size_t at = kAmxPlaces.mxfp4[v][i];
+            lo[at] = bf16_of(float(c & 0xFF) * scale);
+            lo[half + at] = bf16_of(float((c >> 8) * 256) * scale);
           }
-        }
-      if (f == Format::Q8_0) out_e[at_slot * kTile + tok] = d[run + p];
+        if (!zeros)   // the range of the scales, over the blocks with a code other than 0
+          k = k.empty() ? AmxExponents{x, x} : AmxExponents{std::min(k.lo, x), std::max(k.hi, x)};
+      } else {
+        uint8_t* bytes = reinterpret_cast<uint8_t*>(out + at_slot * per_block) + tok * 4;
+        for (size_t v = 0; v < 8; ++v)
+          for (size_t i = 0; i < 4; ++i) {
+            const int c = codes[v * kBlock + i];
+            const size_t at = kAmxPlaces.q8[v][i];
+            bytes[at] = uint8_t(c & 0xFF);
+            bytes[2 * half + at] = uint8_t(c >> 8);   // (half: words)
+          }
+        out_e[at_slot * kTile + tok] = d[run + p];
+      }
     }
   }
-  return true;
+  // (256 hi times 2^-k beyond bf16's largest: the form is not used)
+  return f != Format::MXFP4 || k.empty() || k.hi <= 112;
 }
 
 AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
