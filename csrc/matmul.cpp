@@ -108,13 +108,6 @@ inline int block_shift(float amax) {
   return std::clamp(15 - p - (m * 32768.f > 32767.f ? 1 : 0), -kMaxShift, kMaxShift);
 }
 
-inline float pow2(int k) {
-  const uint32_t bits = uint32_t(k + 127) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 void quantize_block_generic(const float* x, int16_t* out, int k, bool even_odd) {
   const float s = pow2(k);   // exact scaling, then one rounding (to nearest even)
   for (int j = 0; j < kBlock; ++j) out[even_odd ? act_slot(j) : j] = int16_t(std::lrint(x[j] * s));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "formats.h"
@@ -28,6 +29,15 @@ constexpr int kScaleBias = 128;   // ActView::e[b] = kScaleBias - k for an activ
 // fewer per group than kScaleBias - k)
 constexpr int kMxfp4ScaleOffset = 264;
 constexpr int kGroupedScaleBias = kScaleBias - kMxfp4ScaleOffset;
+
+// 2^k as a float from its bits, k in -126..127 (an activation block's scale
+// and its inverse, ActView's d and AMX's 2^-k).
+inline float pow2(int k) {
+  const uint32_t bits = uint32_t(k + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // Where block b of token t sits in the I16 form (in blocks): tokens in
 // tiles of kTokenTile, a tile's blocks one after another, each holding the

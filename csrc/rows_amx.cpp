@@ -264,13 +264,6 @@ constexpr AmxPlaces amx_places() {
 }
 constexpr AmxPlaces kAmxPlaces = amx_places();
 
-inline float pow2f(int s) {   // 2^s, s in -126..127
-  const uint32_t bits = uint32_t(s + 127) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
               float* out_e, AmxExponents& k) {
   const size_t nbp = grouped_blocks(nb), tiles = (T + kTile - 1) / kTile;
@@ -289,7 +282,7 @@ bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size
         // the block's 2^-k, a normal float for every k (products of zero
         // codes only, where it may be out of fold_fits' range, are zeros)
         const int x = e[run + p] - kGroupedScaleBias;   // -k
-        const float scale = pow2f(x);
+        const float scale = pow2(x);
         bool zeros = true;
         for (size_t v = 0; v < 8; ++v)
           for (size_t i = 0; i < 4; ++i) {
