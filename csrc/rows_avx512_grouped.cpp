@@ -180,7 +180,8 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
           mxfp4_values(blk + gb, int(std::min(kGroup, n_chunks - g - kGroup)), c, table, nw[r], new_[r]);
         for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
       } else {
-        q8_codes(blk, blocks, w[r], dw[r]);
+        if (g + kGroup < n_chunks) q8_codes<true>(blk, blocks, w[r], dw[r]);
+        else q8_codes<false>(blk, blocks, w[r], dw[r]);
         for (int v = 0; v < 4; ++v) wu[r][v] = _mm512_xor_si512(w[r][v], _mm512_set1_epi8(int8_t(0x80)));
       }
     }
