@@ -3,7 +3,8 @@
 its own generation loop; llama.cpp runs its `llama-bench` binary (built from
 the source in llama-cpp-python's sdist, see the README): pp (prompt
 processing) and tg (generation at the prompt's depth, `-d`). Each engine runs
-in its own process, and the two alternate `--reps` times, the first of a
+in its own process, warmed up first as llama-bench warms up (the prompt once,
+one generated token), and the two alternate `--reps` times, the first of a
 pair turning each time (A B, B A, ...). The script watches
 the machine: before and during each run it records the CPU that other
 processes used and flags a run as contaminated when they used more than 0.15
@@ -53,6 +54,14 @@ def child_goosedump(args) -> dict:
     model = goosedump.load(args.model, n_ctx=len(ids) + args.gen + 1, threads=args.threads,
                            expert_cache=args.expert_cache)
     model.transformer   # maps the weights, as llama.cpp does at load
+    # A warm-up as llama-bench's own (a run of the whole prompt, then one
+    # generated token) before the timed run, so that neither engine's timed
+    # run reads its weights from disk: a machine may drop an idle file's
+    # pages from the page cache within a minute (a VM's proactive reclaim,
+    # DAMON's pageout, did on the Intel Xeon sandbox: the first goosedump run
+    # after a pause prefilled at 22-32 tok/s, reading the file at 0.6 GB/s,
+    # where every later one read 63-75).
+    model.generate(ids, max_tokens=2, reuse_cache=False, ignore_eos=True)
     # The public generation loop, greedy, end-of-generation ignored: the same
     # work as llama.cpp (and the same call in every goosedump build, for --baseline-python).
     r = model.generate(ids, max_tokens=args.gen + 1, reuse_cache=False, ignore_eos=True)
