@@ -241,6 +241,8 @@ void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const 
               size_t ldy, const float* bias);
 // False where MXFP4's activations are too large for the form (a scale
 // beyond 2^112: those products stay on the vectors); k: the form's range.
+// out (and Q8_0's out_e) must arrive zeroed, as ActView's new vectors do: a
+// last tile's missing tokens are the zeros left in place.
 bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
               float* out_e, AmxExponents& k);
 

@@ -266,11 +266,9 @@ constexpr AmxPlaces kAmxPlaces = amx_places();
 
 bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
               float* out_e, AmxExponents& k) {
-  const size_t nbp = grouped_blocks(nb), tiles = (T + kTile - 1) / kTile;
+  const size_t nbp = grouped_blocks(nb);
   const size_t per_block = amx_block_words(f), half = per_block / 2;   // words
-  std::memset(out, 0, tiles * nbp * per_block * sizeof(uint16_t));   // (a last tile's missing tokens: zeros)
-  if (f == Format::Q8_0) std::memset(out_e, 0, tiles * nbp * kTile * sizeof(float));
-  k = {};
+  k = {};   // (out and out_e arrive zeroed: a last tile's missing tokens stay zeros)
   for (size_t t = 0; t < T; ++t) {
     const size_t u = t / kTile, tok = t % kTile;
     for (size_t b = 0; b < nb; ++b) {
