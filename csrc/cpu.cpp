@@ -35,13 +35,27 @@ bool cpu_has_avx512() {
   static const bool has = [] {
     __builtin_cpu_init();   // (libgcc checks the OS saves the AVX-512 state too)
     return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-           __builtin_cpu_supports("avx512vbmi");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   }();
   return has;
 #else
   return false;
 #endif
+}
+
+bool cpu_has_vbmi() {
+  static const bool has = [] {
+    const char* forced = std::getenv("GOOSEDUMP_AVX512_VBMI");
+    const bool off = forced != nullptr && forced[0] == '0';
+#if defined(GOOSEDUMP_AVX512_EMULATED)
+    return cpu_has_avx512() && !off;   // (SIMDe computes either form)
+#elif defined(__x86_64__) || defined(__i386__)
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512vbmi") && !off;
+#else
+    return false && off;
+#endif
+  }();
+  return has;
 }
 
 bool cpu_has_amx() {

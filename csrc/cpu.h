@@ -7,10 +7,15 @@ namespace gd {
 
 // True when the CPU (and OS) support AVX2, FMA and F16C.
 bool cpu_has_avx2();
-// True when the CPU (and OS) support AVX-512 F, BW, VL, VNNI and VBMI
-// besides AVX2 (Intel Ice Lake and later, AMD Zen 4 and later; Skylake-SP
-// and Cascade Lake lack VBMI, and run AVX2).
+// True when the CPU (and OS) support AVX-512 F, BW, VL and VNNI besides
+// AVX2 (Intel Cascade Lake and later, AMD Zen 4 and later; Skylake-SP lacks
+// VNNI, and runs AVX2).
 bool cpu_has_avx512();
+// True when the AVX-512 path's MXFP4 and Q8_0 kernels take their form with
+// VBMI's byte permutes (Ice Lake and later, Zen 4 and later; Cascade Lake
+// and Cooper Lake lack VBMI and take the form by qword permutes, the same
+// bits). GOOSEDUMP_AVX512_VBMI=0 takes the form without VBMI anywhere.
+bool cpu_has_vbmi();
 // True when the CPU has AMX's tiles and their bf16 products (Intel Sapphire
 // Rapids and later Xeons) and the OS lets this process use them (Linux asks
 // for it: arch_prctl's ARCH_REQ_XCOMP_PERM, requested here once). The

@@ -174,6 +174,12 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
 
 }  // namespace
 
+void rows_avx512_grouped(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                         float* Y, size_t ldy, const float* bias) {
+  if (cpu_has_vbmi()) return rows_avx512_grouped_vbmi(f, W, n0, n1, K, a, T, Y, ldy, bias);
+  rows_avx512_grouped_bw(f, W, n0, n1, K, a, T, Y, ldy, bias);
+}
+
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias) {
   if (a.amx != nullptr) return rows_amx(f, W, n0, n1, K, a, T, Y, ldy, bias);   // (rows_amx.cpp)

@@ -14,7 +14,13 @@
 // (tests/test_avx512.py compiles this file with GOOSEDUMP_AVX512_EMULATED and
 // SIMDe's portable AVX-512 in place of the instructions, on CPUs without
 // them: the functions then take AVX2's target)
+// (GD_VBMI: rows_avx512_vbmi.cpp, the grouped kernels' form with vpermb
+// and vpermt2b; everything else runs on AVX-512 without VBMI too)
+#ifdef GD_VBMI
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+#else
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#endif
 #else
 #define AVX512 __attribute__((target("avx2,fma,f16c")))
 #endif
@@ -31,9 +37,15 @@ namespace gd {
 
 // MXFP4's and Q8_0's rows [n0, n1) against T tokens (a: their grouped
 // activations, ActView::grouped, or at decode's few tokens their split
-// form): rows_avx512_i16's contract (rows.h).
+// form): rows_avx512_i16's contract (rows.h). The form with VBMI's byte
+// permutes where cpu_has_vbmi() (rows_avx512_vbmi.cpp), else the same
+// bytes by qword permutes and shifts (rows_avx512_grouped.cpp): the same bits.
 void rows_avx512_grouped(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                          float* Y, size_t ldy, const float* bias);
+void rows_avx512_grouped_vbmi(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a,
+                              size_t T, float* Y, size_t ldy, const float* bias);
+void rows_avx512_grouped_bw(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                            float* Y, size_t ldy, const float* bias);
 
 }  // namespace gd
 #endif

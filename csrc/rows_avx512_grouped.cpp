@@ -222,27 +222,15 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
 
 }  // namespace
 
+#ifndef GD_VBMI   // (once: in this file's form without VBMI, which every AVX-512 CPU runs)
 // Per group: code vectors 2v and 2v + 1 of the grouped form (32 int16
 // each) give the split form's vector v, their low bytes interleaved into
 // lo (byte 2j of lo: vector 2v's code j, byte 2j + 1: vector 2v + 1's) and
-// their high bytes into hi by one vpermt2b each; lane l's sums by vpmaddwd
-// against ones (codes 2l and 2l + 1 of each vector).
-struct SplitPicks {
-  alignas(64) uint8_t lo[64], hi[64];
-};
-constexpr SplitPicks split_picks() {
-  SplitPicks p{};
-  for (int j = 0; j < 32; ++j) {
-    p.lo[2 * j] = uint8_t(2 * j), p.lo[2 * j + 1] = uint8_t(64 + 2 * j);
-    p.hi[2 * j] = uint8_t(2 * j + 1), p.hi[2 * j + 1] = uint8_t(64 + 2 * j + 1);
-  }
-  return p;
-}
-static constexpr SplitPicks kSplitPicks = split_picks();
-
+// their high bytes into hi, word by word by a mask, a shift and an or; lane
+// l's sums by vpmaddwd against ones (codes 2l and 2l + 1 of each vector).
 AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const int32_t* e, size_t groups,
                               SplitGroup* out) {
-  const __m512i pick_lo = _mm512_load_si512(kSplitPicks.lo), pick_hi = _mm512_load_si512(kSplitPicks.hi);
+  const __m512i low = _mm512_set1_epi16(0x00FF), high = _mm512_set1_epi16(int16_t(0xFF00));
   const __m512i ones = _mm512_set1_epi16(1);
   const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   for (size_t g = 0; g < groups; ++g, q += kGroup * 32, d += kGroup, e += kGroup) {
@@ -250,8 +238,8 @@ AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const 
     __m512i sum = _mm512_setzero_si512(), sum_hi = _mm512_setzero_si512();
     for (int v = 0; v < 4; ++v) {
       const __m512i a = _mm512_loadu_si512(q + 64 * v), b = _mm512_loadu_si512(q + 64 * v + 32);
-      _mm512_store_si512(s.lo[v], _mm512_permutex2var_epi8(a, pick_lo, b));
-      _mm512_store_si512(s.hi[v], _mm512_permutex2var_epi8(a, pick_hi, b));
+      _mm512_store_si512(s.lo[v], _mm512_or_si512(_mm512_and_si512(a, low), _mm512_slli_epi16(b, 8)));
+      _mm512_store_si512(s.hi[v], _mm512_or_si512(_mm512_srli_epi16(a, 8), _mm512_and_si512(b, high)));
       sum = _mm512_add_epi32(sum, _mm512_add_epi32(_mm512_madd_epi16(a, ones), _mm512_madd_epi16(b, ones)));
       sum_hi = _mm512_add_epi32(sum_hi, _mm512_add_epi32(_mm512_madd_epi16(_mm512_srai_epi16(a, 8), ones),
                                                          _mm512_madd_epi16(_mm512_srai_epi16(b, 8), ones)));
@@ -267,9 +255,15 @@ AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const 
     }
   }
 }
+#endif
 
-void rows_avx512_grouped(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
-                         float* Y, size_t ldy, const float* bias) {
+#ifdef GD_VBMI
+void rows_avx512_grouped_vbmi(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a,
+                              size_t T, float* Y, size_t ldy, const float* bias) {
+#else
+void rows_avx512_grouped_bw(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
+                            float* Y, size_t ldy, const float* bias) {
+#endif
   const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
   // Rows in pairs where a pair shares each group's activations. The
   // grouped form pairs from 4 tokens on (with eight blocks per group one

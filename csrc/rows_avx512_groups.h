@@ -27,10 +27,38 @@ using namespace x86;
 // vpermt2b), the result added into the token's accumulator. Per block and
 // token that is one multiply-add instruction and an eighth of a scale step
 // (four blocks per vector had spent a quarter: one token 1.19x on AMD Zen 4,
-// in the L3). Needs AVX-512 VNNI and VBMI, which cpu_has_avx512 asks for.
+// in the L3). Needs AVX-512 VNNI (cpu_has_avx512); VBMI where the CPU has
+// it (cpu_has_vbmi: rows_avx512_vbmi.cpp), else the qword form below.
 struct Mxfp4Consts {
   __m512i pick, scales, table;
 };
+
+// MXFP4 without VBMI (Cascade Lake's and Cooper Lake's AVX-512: no vpermb,
+// no vpermt2b; a block's 17 bytes put most of its codes on odd bytes, out
+// of reach of vpermt2w) picks the same bytes by qword steps: the eight
+// bytes from byte s of the 128 that two loads hold, into qword lane p, are
+// the qword holding byte s shifted right by 8 (s % 8) bits, or-ed with the
+// next qword shifted left by the rest (a shift of 64 bits leaves zeros):
+// vpermt2q, two shifts and an or, three vpermt2q for both eights of a
+// block's codes; a scale byte by one vpermt2q and one shift. QwordPicks holds, per lane, the qword of byte s, the next one, and
+// the two shifts; block p's byte `first` (s = 17p + first).
+struct QwordPicks {
+  alignas(64) int64_t at[8], next[8], right[8], left[8];
+};
+constexpr QwordPicks mxfp4_qword_picks(int first) {
+  QwordPicks p{};
+  for (int l = 0; l < 8; ++l) {
+    const int s = 17 * l + first;
+    p.at[l] = s / 8, p.next[l] = s / 8 + 1, p.right[l] = 8 * (s % 8), p.left[l] = 64 - 8 * (s % 8);
+  }
+  return p;
+}
+static constexpr QwordPicks kMxfp4Codes = mxfp4_qword_picks(1);
+static constexpr QwordPicks kMxfp4Scales = mxfp4_qword_picks(0);
+
+AVX512 inline __m512i pick_low_bytes(__m512i a, __m512i b, const QwordPicks& p) {   // byte s at the qword's bottom
+  return _mm512_srlv_epi64(_mm512_permutex2var_epi64(a, _mm512_load_si512(p.at), b), _mm512_load_si512(p.right));
+}
 
 // Block p's code bytes 0..7 (from the group's first two loads, bytes 17p +
 // 1 ..; bytes 8..15 from the two loads 8 bytes on, at the same index) and
@@ -71,6 +99,7 @@ AVX512 inline void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Const
   const int n = 17 * blocks;
   const __m512i a = load_bytes(blk, n), b = load_bytes(blk + 64, n - 64);
   const __m512i a8 = load_bytes(blk + 8, n - 8), b8 = load_bytes(blk + 72, n - 72);
+#ifdef GD_VBMI
   const __m512i q[2] = {_mm512_permutex2var_epi8(a, c.pick, b), _mm512_permutex2var_epi8(a8, c.pick, b8)};
   // vpermb reads an index's low six bits and the table holds the 16 values
   // four times: each byte's low nibble, and after the word shift its high
@@ -80,6 +109,27 @@ AVX512 inline void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Const
     v[2 * h + 1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q[h], 4), table);
   }
   ew = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, a, c.scales, b);
+#else
+  // vpshufb looks up within each 128-bit lane (the table is in every lane)
+  // and zeroes a byte whose index has its top bit set: the nibbles masked
+  // (the second eight bytes start in the qword where the first end: the
+  // loads 8 bytes on hold it, and the one after it, at the same index)
+  const QwordPicks& k = kMxfp4Codes;
+  const __m512i at = _mm512_load_si512(k.at), right = _mm512_load_si512(k.right), left = _mm512_load_si512(k.left);
+  const __m512i q0 = _mm512_permutex2var_epi64(a, at, b), q1 = _mm512_permutex2var_epi64(a8, at, b8);
+  const __m512i q2 = _mm512_permutex2var_epi64(a8, _mm512_load_si512(k.next), b8);
+  const __m512i q[2] = {_mm512_or_si512(_mm512_srlv_epi64(q0, right), _mm512_sllv_epi64(q1, left)),
+                        _mm512_or_si512(_mm512_srlv_epi64(q1, right), _mm512_sllv_epi64(q2, left))};
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    v[2 * h] = _mm512_shuffle_epi8(table, _mm512_and_si512(q[h], nibble));
+    v[2 * h + 1] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q[h], 4), nibble));
+  }
+  // the scale byte at each qword's bottom, then into bytes 0 and 4 (each
+  // dword's low byte), zeros elsewhere
+  const __m512i spread = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, -1, -1, 0, -1, -1, -1, 8, -1, -1, -1, 8, -1, -1, -1));
+  ew = _mm512_shuffle_epi8(pick_low_bytes(a, b, kMxfp4Scales), spread);
+#endif
 }
 
 // The grouped loop's form of them: int16 values w[0..7] (grouped_slot's runs).
@@ -105,6 +155,9 @@ AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts
 // sums beyond 2^24), as MXFP4's; the activations are MXFP4's grouped form.
 struct Q8Picks {
   alignas(64) uint8_t codes[64], scales[64];
+  // Without VBMI, the same as words (every Q8_0 block starts on an even
+  // byte): vpermt2w picks them, one instruction as vpermt2b
+  alignas(64) uint16_t code_words[32], scale_words[32];
 };
 constexpr Q8Picks q8_picks() {
   Q8Picks p{};
@@ -121,9 +174,21 @@ constexpr Q8Picks q8_picks() {
     p.scales[2 * l] = uint8_t(34 * k);
     p.scales[2 * l + 1] = uint8_t(34 * k + 1);
   }
+  for (int i = 0; i < 32; ++i) {
+    p.code_words[i] = uint16_t(p.codes[2 * i] / 2);
+    p.scale_words[i] = uint16_t(p.scales[2 * i] / 2);
+  }
   return p;
 }
 static constexpr Q8Picks kQ8Picks = q8_picks();
+
+// Q8_0's picks: vpermt2b by a byte index (VBMI), or without VBMI vpermt2w by
+// the word index of the same bytes (Q8Picks' words)
+#ifdef GD_VBMI
+AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) { return _mm512_permutex2var_epi8(a, index, b); }
+#else
+AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) { return _mm512_permutex2var_epi16(a, index, b); }
+#endif
 
 // A group's codes as four vectors of int8 (qword p block p's: codes 0..7,
 // 16..23, 8..15, 24..31, the order of the split form, SplitGroup; the
@@ -135,16 +200,20 @@ static constexpr Q8Picks kQ8Picks = q8_picks();
 template <bool More>
 AVX512 inline void q8_codes(const uint8_t* blk, int blocks, __m512i q[4], __m512& dw) {
   const int n = 34 * blocks;
-  const __m512i pick = _mm512_load_si512(kQ8Picks.codes);
+#ifdef GD_VBMI
+  const __m512i pick = _mm512_load_si512(kQ8Picks.codes), scales = _mm512_load_si512(kQ8Picks.scales);
+#else
+  const __m512i pick = _mm512_load_si512(kQ8Picks.code_words), scales = _mm512_load_si512(kQ8Picks.scale_words);
+#endif
   __m512i lo[2], hi[2], sc[2];   // per half: codes 0..15, 16..31 (qword k: 0..7 or 16..23; 4 + k: 8..15 or 24..31)
   for (int h = 0; h < 2; ++h) {
     const uint8_t* p = blk + 136 * h;
     const int m = More ? 1024 : n - 136 * h;   // (More: every load whole, by a constant)
     const __m512i l0 = load_bytes(p, m), l1 = load_bytes(p + 64, m - 64);
     const __m512i m0 = load_bytes(p + 16, m - 16), m1 = load_bytes(p + 80, m - 80);
-    lo[h] = _mm512_permutex2var_epi8(l0, pick, l1);
-    hi[h] = _mm512_permutex2var_epi8(m0, pick, m1);
-    sc[h] = _mm512_permutex2var_epi8(l0, _mm512_load_si512(kQ8Picks.scales), l1);
+    lo[h] = permute_bytes(l0, pick, l1);
+    hi[h] = permute_bytes(m0, pick, m1);
+    sc[h] = permute_bytes(l0, scales, l1);
   }
   q[0] = _mm512_shuffle_i64x2(lo[0], lo[1], 0x44), q[1] = _mm512_shuffle_i64x2(hi[0], hi[1], 0x44);
   q[2] = _mm512_shuffle_i64x2(lo[0], lo[1], 0xEE), q[3] = _mm512_shuffle_i64x2(hi[0], hi[1], 0xEE);

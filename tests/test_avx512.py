@@ -35,7 +35,8 @@ CXX = "g++"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 # The files whose intrinsics the emulated build maps to SIMDe's (the .cpp files
 # are compiled with that map; the header is included by rows_avx512_grouped.cpp).
-AVX512_FILES = ("rows_avx512.cpp", "rows_avx512_grouped.cpp", "rows_avx512_groups.h", "rows_avx512.h", "rows_amx.cpp")
+AVX512_FILES = ("rows_avx512.cpp", "rows_avx512_grouped.cpp", "rows_avx512_vbmi.cpp", "rows_avx512_groups.h",
+                "rows_avx512.h", "rows_amx.cpp")
 INSTALL = "apt-get install libsimde-dev"
 SHAPES = [(1, 32, 1), (5, 64, 3), (7, 96, 5), (6, 160, 2), (4, 224, 11), (9, 224, 17), (17, 256, 8), (9, 512, 9),
           (33, 2880, 13), (6, 2880, 21)]
@@ -261,6 +262,89 @@ def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, f
         assert_same_bits(alone, path, what)     # batch invariance
         assert_same_bits(alone0, alone, what)
         assert np.all(np.abs(path - ref) <= 1e-3 * (np.abs(ref) + 1)), what
+
+
+# The grouped kernels' two forms (rows_avx512_groups.h): with VBMI's byte
+# permutes, and by qword permutes and shifts for CPUs without VBMI
+# (Cascade Lake, Cooper Lake). Decode's split form (1 to 3 tokens), the
+# grouped loop (4 and more), rows in pairs and a row alone, a row's last
+# group of every length (K / 32 = 90, 7, 1, 3, 8), and an all-zero block and
+# blocks 1000x larger than their neighbours.
+FORM_SHAPES = [(37, 2880, 1), (37, 2880, 2), (37, 2880, 3), (37, 2880, 4), (37, 2880, 17), (9, 224, 5),
+               (5, 32, 3), (16, 256, 40), (6, 96, 2), (33, 512, 9)]
+
+
+def form_cases(fmt: str, seed: int):
+    rng = np.random.default_rng(seed)
+    for n, k, t in FORM_SHAPES:
+        w = realistic(rng, fmt, n, k)
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        x[0, :32] = 0
+        x[-1, 32:] *= 1e3
+        yield w, x, rng.standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0"])
+def test_the_form_without_vbmi_gives_the_bits_of_the_form_with_it(avx512_check, tmp_path, fmt):
+    """Emulated (SIMDe computes both forms on any AVX2 CPU): the driver with
+    GOOSEDUMP_AVX512_VBMI=0 gives, bit for bit, what it gives with VBMI, each
+    token alone as in the batch (AMX's tiles off: a CPU without VBMI has none)."""
+    cases, inputs = [], []
+    for w, x, bias in form_cases(fmt, 23):
+        cases.append(product_case(FORMATS.index(fmt), w, x, bias, True))
+        inputs.append((fmt, w, x, bias))
+    with_vbmi = run_cases(avx512_check, b"".join(cases), tmp_path, GOOSEDUMP_AMX="0")
+    without = run_cases(avx512_check, b"".join(cases), tmp_path, GOOSEDUMP_AMX="0", GOOSEDUMP_AVX512_VBMI="0")
+    assert len(without) == len(with_vbmi)
+    for (*_, path, ref, alone, what), (*_, path0, _, alone0, _) in zip(results(with_vbmi, inputs),
+                                                                      results(without, inputs)):
+        assert_same_bits(path, path0, what)
+        assert_same_bits(alone, alone0, what)
+        assert_same_bits(alone0, path0, what)     # batch invariance without VBMI
+        assert np.all(np.abs(path0 - ref) <= 1e-3 * (np.abs(ref) + 1)), what
+
+
+NATIVE_FORMS = """
+import sys, numpy as np
+from goosedump import _kernels
+w = np.load(sys.argv[1], allow_pickle=True)
+out = []
+for fmt, rows, x, bias in w:
+    y = np.empty((x.shape[0], rows.shape[0]), np.float32)
+    _kernels.matmul(fmt, rows, x, y, bias, impl="avx512")
+    out.append(y)
+print(_kernels.cpu_has_vbmi())
+np.save(sys.argv[2], np.array(out, dtype=object), allow_pickle=True)
+"""
+
+
+def test_the_forms_natively_where_the_cpu_has_avx512(tmp_path):
+    """On an AVX-512 CPU the extension itself, in a process of its own under
+    each setting (the form is chosen once per process): the form without
+    VBMI gives the bits of the form with it (the CPU's own form, which the
+    other tests check against the references). A CPU without AVX-512
+    refuses the path by name, and has no VBMI form to take."""
+    import subprocess
+    import sys
+    if "avx512" not in _kernels.available_impls():
+        assert not _kernels.cpu_has_vbmi()
+        with pytest.raises(ValueError, match="avx512"):
+            _kernels.matmul("q8_0", np.zeros((1, 34), np.uint8), np.zeros((1, 32), np.float32),
+                            np.zeros((1, 1), np.float32), impl="avx512")
+        return
+    inputs = [(fmt, w, x, bias) for fmt in ("mxfp4", "q8_0") for w, x, bias in form_cases(fmt, 24)]
+    src = tmp_path / "in.npy"
+    np.save(src, np.array(inputs, dtype=object), allow_pickle=True)
+    got = {}
+    for vbmi in ("1", "0"):
+        dst = tmp_path / f"out{vbmi}.npy"
+        r = subprocess.run([sys.executable, "-c", NATIVE_FORMS, str(src), str(dst)], capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "GOOSEDUMP_AMX": "0", "GOOSEDUMP_AVX512_VBMI": vbmi})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == str(vbmi == "1" and _kernels.cpu_has_vbmi())
+        got[vbmi] = np.load(dst, allow_pickle=True)
+    for (fmt, w, x, _), a, b in zip(inputs, got["1"], got["0"]):
+        assert_same_bits(a, b, f"{fmt} {w.shape[0]}x{x.shape[1]}, {x.shape[0]} tokens")
 
 
 # MXFP4's tiles carry the scales in their numbers (rows_amx.cpp): cases at

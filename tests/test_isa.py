@@ -1,5 +1,6 @@
 """GOOSEDUMP_ISA forces the kernels' path, and inspect and bench say which
 one runs; a path not known, or one the CPU lacks, is a clear error."""
+import json
 import os
 import subprocess
 import sys
@@ -55,3 +56,21 @@ def test_the_kernels_refuse_a_path_the_cpu_lacks(other):
     with pytest.raises(ValueError, match=f"impl='{other}': this CPU cannot run it"):
         _kernels.matmul("q8_0", np.zeros((1, 34), np.uint8), np.zeros((1, 32), np.float32),
                         np.zeros((1, 1), np.float32), None, other)
+
+
+def test_inspect_and_bench_say_when_avx512_runs_without_vbmi(tiny_path):
+    """The AVX-512 path takes its form without VBMI's byte permutes on a CPU
+    without VBMI (/proc/cpuinfo's flags, Cascade Lake's) or where
+    GOOSEDUMP_AVX512_VBMI=0; inspect (text and --json) and bench say so, and
+    say nothing of it otherwise (the form with VBMI, or another path)."""
+    from goosedump.machine import NO_VBMI_NOTE, _cpuinfo
+    has_vbmi = "avx512vbmi" in _cpuinfo()[1]
+    for vbmi in ("0", "1"):
+        out = goosedump("inspect", tiny_path, "--json", GOOSEDUMP_AVX512_VBMI=vbmi)
+        report = json.loads(out.stdout)
+        without = report["kernels"] == "avx512" and (vbmi == "0" or not has_vbmi)
+        assert report["avx512_without_vbmi"] is without
+        text = goosedump("inspect", tiny_path, GOOSEDUMP_AVX512_VBMI=vbmi)
+        assert text.returncode == 0 and (NO_VBMI_NOTE in text.stdout) is without
+        bench = goosedump("bench", tiny_path, "-p", "8", "-n", "2", "-r", "1", GOOSEDUMP_AVX512_VBMI=vbmi)
+        assert bench.returncode == 0 and (NO_VBMI_NOTE in bench.stderr) is without

@@ -7,13 +7,15 @@
 // third, the engine's path costs the difference, not the kernel (README,
 // Benchmarks, the twenty-ninth session: MXFP4's row pairs 28.3, 26.0-26.7
 // and 24.5-25.0 GB/s on 2 threads, Intel Xeon with AMX). Also the kernel's
-// rate over 1 MiB that stays in the L2. Needs AVX-512 F/BW/VL/VNNI/VBMI.
+// rate over 1 MiB that stays in the L2. The kernels' form with VBMI (the
+// file's own, included with GD_VBMI); needs AVX-512 F/BW/VL/VNNI/VBMI.
 //
 //   g++ -O3 -std=c++17 -ffp-contract=off -pthread -Icsrc benchmarks/native/decode_rows.cpp
 //       csrc/formats.cpp csrc/cpu.cpp csrc/quants.cpp csrc/matmul.cpp csrc/threads.cpp csrc/peak.cpp
 //       csrc/rows_generic.cpp csrc/rows_avx2.cpp csrc/rows_avx2_i16.cpp csrc/rows_avx512.cpp
-//       csrc/rows_amx.cpp -o decode_rows && ./decode_rows [threads] [mxfp4|q8_0] [rounds]
+//       csrc/rows_avx512_grouped.cpp csrc/rows_amx.cpp -o decode_rows && ./decode_rows [threads] [mxfp4|q8_0] [rounds]
 // (one command line)
+#define GD_VBMI 1
 #include "rows_avx512_grouped.cpp"
 
 #include <sys/mman.h>
@@ -68,8 +70,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!cpu_has_avx512()) {
-    std::fprintf(stderr, "decode_rows: this CPU lacks the AVX-512 path's instructions (F/BW/VL/VNNI/VBMI)\n");
+  if (!cpu_has_avx512() || !cpu_has_vbmi()) {
+    std::fprintf(stderr, "decode_rows: this CPU lacks the AVX-512 path's instructions with VBMI (F/BW/VL/VNNI/VBMI)\n");
     return 2;
   }
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from . import _kernels
-from .machine import AMX_NOTE, amx_in_use
+from .machine import AMX_NOTE, NO_VBMI_NOTE, amx_in_use, avx512_without_vbmi
 from .budget import format_bytes
 from .commands import UsageError, check_threads, load_model, say_budget, write_profile
 from .terminal import print_cache, print_profile
@@ -73,6 +73,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     say_budget(model)
     profile = args.profile or bool(args.profile_out)
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
+    if avx512_without_vbmi():
+        log(f"goosedump: {NO_VBMI_NOTE}")
     if amx_in_use():
         log(f"goosedump: {AMX_NOTE}")
     results = []
@@ -91,7 +93,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if not args.profile:
                 r.pop("profile")
         out = {"model": model.path, "size_bytes": size, "params": params, "backend": backend, "amx": amx_in_use(),
-               **results[0],
+               "avx512_without_vbmi": avx512_without_vbmi(), **results[0],
                "results": results}
         print(json.dumps(out))
         return 0

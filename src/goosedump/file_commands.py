@@ -61,12 +61,12 @@ def inspect_report(path: str, budget: int | str, ctx: int) -> dict:
     mem = estimate_memory(c, lay, budget, ctx, model.options.prefill_tokens)
     tok = model.tokenizer
     from . import _kernels
-    from .machine import amx_in_use, cpu_description
+    from .machine import amx_in_use, avx512_without_vbmi, cpu_description
     return {
         "path": path,
         "cpu": cpu_description(), "kernels": _kernels.active_impl(),
         "avx2_halves": _kernels.cpu_splits_256() and _kernels.active_impl() in ("avx2", "avx512"),
-        "amx": amx_in_use(),
+        "amx": amx_in_use(), "avx512_without_vbmi": avx512_without_vbmi(),
         "architecture": "gpt-oss",
         "name": c.name,
         "open_seconds": round(open_s, 4),
@@ -123,6 +123,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"{h['yarn_beta_slow']:g})")
     halves = ", in 128-bit halves (this core splits 256-bit operations)" if r["avx2_halves"] else ""
     print(f"  kernels: {r['kernels']} on {r['cpu']}{halves} (GOOSEDUMP_ISA=generic|avx2|avx512|neon forces a path)")
+    if r["avx512_without_vbmi"]:
+        from .machine import NO_VBMI_NOTE
+        print(f"  {NO_VBMI_NOTE}")
     if r["amx"]:
         from .machine import AMX_NOTE
         print(f"  {AMX_NOTE}")

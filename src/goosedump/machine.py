@@ -12,6 +12,17 @@ AMX_NOTE = ("AMX tiles: MXFP4's and Q8_0's products of 16 tokens and more (prefi
             "the same bits (GOOSEDUMP_AMX=0 keeps them off)")
 
 
+NO_VBMI_NOTE = ("AVX-512 without VBMI (this CPU lacks it, or GOOSEDUMP_AVX512_VBMI=0): MXFP4's and Q8_0's kernels "
+                "gather their bytes by qword permutes and shifts, the same bits")
+
+
+def avx512_without_vbmi() -> bool:
+    """Whether this run's AVX-512 kernels take their form without VBMI's byte
+    permutes (Cascade Lake, Cooper Lake; GOOSEDUMP_AVX512_VBMI=0 anywhere)."""
+    from . import _kernels
+    return _kernels.active_impl() == "avx512" and not _kernels.cpu_has_vbmi()
+
+
 def amx_in_use() -> bool:
     """Whether this run's kernels take AMX's tiles (the AVX-512 path, on a
     CPU and OS that have them, GOOSEDUMP_AMX not 0)."""
