@@ -39,9 +39,10 @@ struct Mxfp4Consts {
 // bytes from byte s of the 128 that two loads hold, into qword lane p, are
 // the qword holding byte s shifted right by 8 (s % 8) bits, or-ed with the
 // next qword shifted left by the rest (a shift of 64 bits leaves zeros):
-// vpermt2q, two shifts and an or, three vpermt2q for both eights of a
-// block's codes; a scale byte by one vpermt2q and one shift. QwordPicks holds, per lane, the qword of byte s, the next one, and
-// the two shifts; block p's byte `first` (s = 17p + first).
+// vpermt2q, two shifts and an or (three vpermt2q for both eights of a
+// block's codes); a scale byte by one vpermt2q and one shift. QwordPicks
+// holds, per lane, the qword of byte s, the next one, and the two shifts;
+// s = 17p + first, block p's byte `first`.
 struct QwordPicks {
   alignas(64) int64_t at[8], next[8], right[8], left[8];
 };
@@ -110,8 +111,6 @@ AVX512 inline void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Const
   }
   ew = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, a, c.scales, b);
 #else
-  // vpshufb looks up within each 128-bit lane (the table is in every lane)
-  // and zeroes a byte whose index has its top bit set: the nibbles masked
   // (the second eight bytes start in the qword where the first end: the
   // loads 8 bytes on hold it, and the one after it, at the same index)
   const QwordPicks& k = kMxfp4Codes;
@@ -120,6 +119,8 @@ AVX512 inline void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Const
   const __m512i q2 = _mm512_permutex2var_epi64(a8, _mm512_load_si512(k.next), b8);
   const __m512i q[2] = {_mm512_or_si512(_mm512_srlv_epi64(q0, right), _mm512_sllv_epi64(q1, left)),
                         _mm512_or_si512(_mm512_srlv_epi64(q1, right), _mm512_sllv_epi64(q2, left))};
+  // vpshufb looks up within each 128-bit lane (the table is in every lane)
+  // and zeroes a byte whose index has its top bit set: the nibbles masked
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   for (int h = 0; h < 2; ++h) {
     v[2 * h] = _mm512_shuffle_epi8(table, _mm512_and_si512(q[h], nibble));
@@ -127,7 +128,8 @@ AVX512 inline void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Const
   }
   // the scale byte at each qword's bottom, then into bytes 0 and 4 (each
   // dword's low byte), zeros elsewhere
-  const __m512i spread = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, -1, -1, 0, -1, -1, -1, 8, -1, -1, -1, 8, -1, -1, -1));
+  const __m512i spread =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, -1, -1, 0, -1, -1, -1, 8, -1, -1, -1, 8, -1, -1, -1));
   ew = _mm512_shuffle_epi8(pick_low_bytes(a, b, kMxfp4Scales), spread);
 #endif
 }
@@ -185,9 +187,13 @@ static constexpr Q8Picks kQ8Picks = q8_picks();
 // Q8_0's picks: vpermt2b by a byte index (VBMI), or without VBMI vpermt2w by
 // the word index of the same bytes (Q8Picks' words)
 #ifdef GD_VBMI
-AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) { return _mm512_permutex2var_epi8(a, index, b); }
+AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) {
+  return _mm512_permutex2var_epi8(a, index, b);
+}
 #else
-AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) { return _mm512_permutex2var_epi16(a, index, b); }
+AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) {
+  return _mm512_permutex2var_epi16(a, index, b);
+}
 #endif
 
 // A group's codes as four vectors of int8 (qword p block p's: codes 0..7,
