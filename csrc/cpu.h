@@ -13,8 +13,8 @@ bool cpu_has_avx2();
 bool cpu_has_avx512();
 // True when the AVX-512 path's MXFP4 and Q8_0 kernels take their form with
 // VBMI's byte permutes (Ice Lake and later, Zen 4 and later; Cascade Lake
-// and Cooper Lake lack VBMI and take the form by qword permutes, the same
-// bits). GOOSEDUMP_AVX512_VBMI=0 takes the form without VBMI anywhere.
+// and Cooper Lake lack VBMI and take the form by qword and word permutes,
+// the same bits). GOOSEDUMP_AVX512_VBMI=0 takes the form without VBMI anywhere.
 bool cpu_has_vbmi();
 // True when the CPU has AMX's tiles and their bf16 products (Intel Sapphire
 // Rapids and later Xeons) and the OS lets this process use them (Linux asks

@@ -160,7 +160,7 @@ NB_MODULE(_kernels, m) {
   m.def("cpu_has_avx512", &gd::cpu_has_avx512, "True when the CPU supports AVX-512 F, BW, VL and VNNI besides AVX2.");
   m.def("cpu_has_vbmi", &gd::cpu_has_vbmi,
         "True where the AVX-512 path's MXFP4 and Q8_0 kernels take their form with VBMI's byte permutes (Ice Lake, "
-        "Zen 4 and later); else (Cascade Lake, Cooper Lake, or GOOSEDUMP_AVX512_VBMI=0) the form by qword permutes, "
+        "Zen 4 and later); else (Cascade Lake, Cooper Lake, or GOOSEDUMP_AVX512_VBMI=0) the form by qword and word permutes, "
         "the same bits.");
   m.def("cpu_has_neon", &gd::cpu_has_neon, "True on AArch64 (Advanced SIMD).");
   m.def("active_impl", [] { return gd::impl_name(gd::resolve_impl(gd::Impl::Auto)); },

@@ -39,7 +39,7 @@ namespace gd {
 // activations, ActView::grouped, or at decode's few tokens their split
 // form): rows_avx512_i16's contract (rows.h). The form with VBMI's byte
 // permutes where cpu_has_vbmi() (rows_avx512_vbmi.cpp), else the same
-// bytes by qword permutes and shifts (rows_avx512_grouped.cpp): the same bits.
+// bytes by qword and word permutes (rows_avx512_grouped.cpp): the same bits.
 void rows_avx512_grouped(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                          float* Y, size_t ldy, const float* bias);
 void rows_avx512_grouped_vbmi(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a,

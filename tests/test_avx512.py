@@ -265,7 +265,7 @@ def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, f
 
 
 # The grouped kernels' two forms (rows_avx512_groups.h): with VBMI's byte
-# permutes, and by qword permutes and shifts for CPUs without VBMI
+# permutes, and by qword and word permutes for CPUs without VBMI
 # (Cascade Lake, Cooper Lake). Decode's split form (1 to 3 tokens), the
 # grouped loop (4 and more), rows in pairs and a row alone, a row's last
 # group of every length (K / 32 = 90, 7, 1, 3, 8), and an all-zero block and

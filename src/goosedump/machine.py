@@ -13,7 +13,7 @@ AMX_NOTE = ("AMX tiles: MXFP4's and Q8_0's products of 16 tokens and more (prefi
 
 
 NO_VBMI_NOTE = ("AVX-512 without VBMI (this CPU lacks it, or GOOSEDUMP_AVX512_VBMI=0): MXFP4's and Q8_0's kernels "
-                "gather their bytes by qword permutes and shifts, the same bits")
+                "gather their bytes by qword and word permutes (MXFP4: and shifts), the same bits")
 
 
 def avx512_without_vbmi() -> bool:
