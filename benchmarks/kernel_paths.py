@@ -87,7 +87,7 @@ def child() -> None:
             print(timed(shape[0], *ops, "avx512"), flush=True)
         else:
             shape = (words[0], *map(int, words[1:]))
-            ops = None
+            ops = None   # (the last shape's gigabyte freed before the next one's)
             ops = operands(*shape)
             print("ready", flush=True)
 

@@ -52,7 +52,8 @@ bool cpu_has_vbmi() {
 #elif defined(__x86_64__) || defined(__i386__)
     return cpu_has_avx512() && __builtin_cpu_supports("avx512vbmi") && !off;
 #else
-    return false && off;
+    (void)off;
+    return false;
 #endif
   }();
   return has;
