@@ -236,6 +236,22 @@ def test_exact_float_steps_make_every_path_agree_bit_for_bit(avx512_check, tmp_p
 AMX_SHAPES = [(16, 256, 16), (37, 2880, 17), (5, 96, 40), (33, 512, 33), (20, 32, 18)]
 
 
+def edge_cases(fmt: str, shapes, seed: int):
+    """Per shape (rows, width, tokens): realistic weights and activations,
+    an all-zero activation block and blocks 1000x larger than their
+    neighbours, a bias. The driver's case bytes, and the (fmt, w, x, bias)
+    that `results` pairs with its output."""
+    rng = np.random.default_rng(seed)
+    inputs = []
+    for n, k, t in shapes:
+        w = realistic(rng, fmt, n, k)
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        x[0, :32] = 0
+        x[-1, 32:] *= 1e3
+        inputs.append((fmt, w, x, rng.standard_normal(n).astype(np.float32)))
+    return b"".join(product_case(FORMATS.index(fmt), w, x, bias, True) for _, w, x, bias in inputs), inputs
+
+
 @pytest.mark.parametrize("fmt", ["mxfp4", "q8_0"])
 def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, fmt):
     """MXFP4's and Q8_0's products of 16 tokens and more on AMX's tiles
@@ -244,18 +260,9 @@ def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, f
     (the driver again with GOOSEDUMP_AMX=0), and each token alone (decode's
     kernel) equals it in the batch. Realistic weights and activations, an
     all-zero block and blocks 1000x larger than their neighbours."""
-    rng = np.random.default_rng(21)
-    cases, inputs = [], []
-    for n, k, t in AMX_SHAPES:
-        w = realistic(rng, fmt, n, k)
-        x = rng.standard_normal((t, k)).astype(np.float32)
-        x[0, :32] = 0
-        x[-1, 32:] *= 1e3
-        bias = rng.standard_normal(n).astype(np.float32)
-        cases.append(product_case(FORMATS.index(fmt), w, x, bias, True))
-        inputs.append((fmt, w, x, bias))
-    tiles = run_cases(avx512_check, b"".join(cases), tmp_path)
-    vectors = run_cases(avx512_check, b"".join(cases), tmp_path, GOOSEDUMP_AMX="0")
+    cases, inputs = edge_cases(fmt, AMX_SHAPES, 21)
+    tiles = run_cases(avx512_check, cases, tmp_path)
+    vectors = run_cases(avx512_check, cases, tmp_path, GOOSEDUMP_AMX="0")
     for (fmt, w, x, bias, path, ref, alone, what), (*_, path0, _, alone0, _) in zip(results(tiles, inputs),
                                                                                    results(vectors, inputs)):
         assert_same_bits(path0, path, what)     # the tiles' bits are the AVX-512 kernels'
@@ -268,20 +275,9 @@ def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, f
 # permutes, and by qword and word permutes for CPUs without VBMI
 # (Cascade Lake, Cooper Lake). Decode's split form (1 to 3 tokens), the
 # grouped loop (4 and more), rows in pairs and a row alone, a row's last
-# group of every length (K / 32 = 90, 7, 1, 3, 8), and an all-zero block and
-# blocks 1000x larger than their neighbours.
+# group of every length (K / 32 = 90, 7, 1, 3, 8); edge_cases' activations.
 FORM_SHAPES = [(37, 2880, 1), (37, 2880, 2), (37, 2880, 3), (37, 2880, 4), (37, 2880, 17), (9, 224, 5),
                (5, 32, 3), (16, 256, 40), (6, 96, 2), (33, 512, 9)]
-
-
-def form_cases(fmt: str, seed: int):
-    rng = np.random.default_rng(seed)
-    for n, k, t in FORM_SHAPES:
-        w = realistic(rng, fmt, n, k)
-        x = rng.standard_normal((t, k)).astype(np.float32)
-        x[0, :32] = 0
-        x[-1, 32:] *= 1e3
-        yield w, x, rng.standard_normal(n).astype(np.float32)
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "q8_0"])
@@ -289,12 +285,9 @@ def test_the_form_without_vbmi_gives_the_bits_of_the_form_with_it(avx512_check, 
     """Emulated (SIMDe computes both forms on any AVX2 CPU): the driver with
     GOOSEDUMP_AVX512_VBMI=0 gives, bit for bit, what it gives with VBMI, each
     token alone as in the batch (AMX's tiles off: a CPU without VBMI has none)."""
-    cases, inputs = [], []
-    for w, x, bias in form_cases(fmt, 23):
-        cases.append(product_case(FORMATS.index(fmt), w, x, bias, True))
-        inputs.append((fmt, w, x, bias))
-    with_vbmi = run_cases(avx512_check, b"".join(cases), tmp_path, GOOSEDUMP_AMX="0")
-    without = run_cases(avx512_check, b"".join(cases), tmp_path, GOOSEDUMP_AMX="0", GOOSEDUMP_AVX512_VBMI="0")
+    cases, inputs = edge_cases(fmt, FORM_SHAPES, 23)
+    with_vbmi = run_cases(avx512_check, cases, tmp_path, GOOSEDUMP_AMX="0")
+    without = run_cases(avx512_check, cases, tmp_path, GOOSEDUMP_AMX="0", GOOSEDUMP_AVX512_VBMI="0")
     assert len(without) == len(with_vbmi)
     for (*_, path, ref, alone, what), (*_, path0, _, alone0, _) in zip(results(with_vbmi, inputs),
                                                                       results(without, inputs)):
@@ -332,7 +325,7 @@ def test_the_forms_natively_where_the_cpu_has_avx512(tmp_path):
             _kernels.matmul("q8_0", np.zeros((1, 34), np.uint8), np.zeros((1, 32), np.float32),
                             np.zeros((1, 1), np.float32), impl="avx512")
         return
-    inputs = [(fmt, w, x, bias) for fmt in ("mxfp4", "q8_0") for w, x, bias in form_cases(fmt, 24)]
+    inputs = [case for fmt in ("mxfp4", "q8_0") for case in edge_cases(fmt, FORM_SHAPES, 24)[1]]
     src = tmp_path / "in.npy"
     np.save(src, np.array(inputs, dtype=object), allow_pickle=True)
     got = {}
