@@ -134,7 +134,7 @@ namespace {
 
 // What auto runs: the widest path this CPU has. AVX-512 was measured
 // against AVX2 on an AMD EPYC Zen 5 (benchmarks/kernel_paths.py, 2 threads):
-// faster on every hot shape, one token and 128 (see the README's table).
+// faster on every hot shape, one token and 128 (docs/performance.md, the Zen 5 section's table).
 Impl best() {
   int n = 0;
   const Impl* paths = available_impls(n);

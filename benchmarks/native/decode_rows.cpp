@@ -4,8 +4,8 @@
 // own, through rows_avx512_grouped 16 rows a call (as matmul's tasks), and
 // through gd::matmul and its pool, one 2880-row matrix a call (as decode).
 // Each thread sweeps its own half. Where the first reads faster than the
-// third, the engine's path costs the difference, not the kernel (README,
-// Benchmarks, the twenty-ninth session: MXFP4's row pairs 28.3, 26.0-26.7
+// third, the engine's path costs the difference, not the kernel
+// (docs/performance.md, the twenty-ninth session: MXFP4's row pairs 28.3, 26.0-26.7
 // and 24.5-25.0 GB/s on 2 threads, Intel Xeon with AMX). Also the kernel's
 // rate over 1 MiB that stays in the L2. The kernels' form with VBMI (the
 // file's own, included with GD_VBMI); needs AVX-512 F/BW/VL/VNNI/VBMI.

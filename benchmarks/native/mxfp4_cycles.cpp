@@ -1,7 +1,7 @@
 // Cycles per block of the AVX2 one-token MXFP4 kernel (row_mxfp4<1>, the
 // extension's own source, included) on one core, 8 rows of 2880 weights
 // against one token, all in the L1: the kernel's own speed, without the
-// memory (README, Benchmarks, the Zen 3 and Zen 1 sections; x86_pipes.c
+// memory (docs/performance.md, the Zen 3 and Zen 1 sections; x86_pipes.c
 // gives the same operations' rate without their dependences). Both forms:
 // the 256-bit one and the one for cores that split 256-bit operations in
 // 128-bit halves (AMD Zen 1; cpu_splits_256). Activations at a

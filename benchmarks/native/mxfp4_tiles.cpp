@@ -4,7 +4,7 @@
 // tiles in stretches of 32 blocks over a group of rows) and the form before
 // it (each row's whole length per tile, row_mxfp4 through
 // rows_i16_by_tiles, in the entry's form: 256-bit or halves'). A matrix of `rows` rows of 2880 weights in tasks of
-// 16 rows, as matmul deals them (README, Benchmarks, the Zen 3 section).
+// 16 rows, as matmul deals them (docs/performance.md, the Zen 3 section).
 // Each count's outputs are checked against the one-token loop's, token by
 // token (batch invariance), and the two forms against each other.
 // The entry runs the forms the extension runs on this CPU (csrc/cpu.cpp's

@@ -5,7 +5,7 @@
 // by side in one run. Where the memory and the work overlapped fully, the
 // memory column would read min(in-cache, stream); where a core computes and
 // waits in turn, it reads 1 / (1 / in-cache + 1 / stream). Decode's one-token
-// kernels sit between the two (see the README's Intel Xeon benchmarks).
+// kernels sit between the two (docs/performance.md, the Intel Xeon with AMX).
 //
 // A unit of work: one vpmaddwd and one vpaddd on each of the line's two
 // 256-bit halves, into independent accumulators (AVX2, so it runs on every

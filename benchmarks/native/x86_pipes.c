@@ -2,13 +2,13 @@
    issues per cycle, alone and in pairs, and the kernel's whole mix of one
    block (ten vector operations and four loads) issued without its
    dependences: the floor a block's chain of dependences is measured against
-   (README, Benchmarks, the Zen 3 section; mxfp4_cycles.cpp times the kernel
+   (docs/performance.md, the Zen 3 section; mxfp4_cycles.cpp times the kernel
    itself), in both of its forms (the 256-bit one, and the 128-bit one for
    cores that split 256-bit operations, a pair of blocks at a time as it
    runs). The same for a full tile's token and block (mxfp4_pair<8>: the
    codes are made once for eight tokens, so a token's share is the products,
    the conversion and the scale), with and without the scale's multiplies
-   (README, Benchmarks, the Zen 1 section; mxfp4_tiles.cpp times the
+   (docs/performance.md, the Zen 1 section; mxfp4_tiles.cpp times the
    tiles). Last, the 4-lane tile of the cores that split 256-bit operations
    (row_mxfp4_h<8>) WITH its dependences, alone and finished five ways: what its
    conversion and its scale's FMA cost beside the products' floor.
