@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_parts.h"
 #include "quants.h"
 #include "threads.h"
 #include "vecmath.h"
@@ -21,31 +22,6 @@
 
 namespace gd {
 namespace {
-
-// The KV slot after `slot` in a cache of `cap` positions (slots wrap): a
-// loop over positions steps its slot instead of dividing (a 64-bit modulo
-// per position cost as much as the position's dot products).
-inline size_t next_slot(size_t slot, size_t cap) { return slot + 1 == cap ? 0 : slot + 1; }
-
-// At decode the KV cache is cold (the weights streamed since the layer last
-// ran have evicted it): the scores' loop prefetches the key row kKvAhead
-// positions on and the value row of the position at hand (the values' pass
-// comes after the softmax, then from the L2).
-constexpr size_t kKvAhead = 16;
-
-inline void prefetch_row(const uint16_t* row, size_t values) {
-  for (size_t b = 0; b < values * sizeof(uint16_t); b += 64) __builtin_prefetch(reinterpret_cast<const char*>(row) + b);
-}
-
-// The prefetches of position j (at `slot`) in the scores' loop of kv head kh.
-inline void prefetch_kv(const AttentionArgs& a, size_t kh, size_t j, size_t n, size_t slot) {
-  if (j + kKvAhead < n) {
-    size_t ahead = slot + kKvAhead;
-    while (ahead >= a.cap) ahead -= a.cap;
-    prefetch_row(a.k + (kh * a.cap + ahead) * a.d, a.d);
-  }
-  prefetch_row(a.v + (kh * a.cap + slot) * a.dv, a.dv);
-}
 
 void to_f32_generic(const uint16_t* h, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
@@ -90,6 +66,9 @@ __attribute__((target("avx2,fma,f16c"))) inline void axpy_avx2(float w, const fl
 // scores of one position are one vector across the 8 heads, so the softmax
 // runs 8 heads at a time with no horizontal sums, and the values accumulate
 // 16 dimensions x 8 heads in registers per pass. scores: [n][8].
+// attention_avx512.cpp's form gives the same bits. (The values' positions
+// in blocks, as that form takes them, read 0.87-0.95x here over 8,192
+// positions in prefill, and no faster at decode: Intel Xeon with AMX.)
 __attribute__((target("avx2,fma,f16c"))) void attend_group8_avx2(const AttentionArgs& a, size_t t, size_t kh,
                                                                  size_t lo, size_t n, float* scores) {
   const size_t d = a.d, dv = a.dv, h0 = kh * 8;
@@ -356,6 +335,8 @@ void attention(const AttentionArgs& a, Impl impl) {
     thread_local std::vector<float> scores, krow, vrow;
     scores.resize(group * n);
 #ifdef GD_X86
+    if (which == Impl::Avx512 && group == 8 && a.d % 8 == 0 && a.d <= kMaxHeadDim && a.dv % 32 == 0)
+      return attend_group8_avx512(a, t, kh, lo, n, scores.data());
     if (uses_avx2(which) && group == 8 && a.d % 8 == 0 && a.dv % 16 == 0)
       return attend_group8_avx2(a, t, kh, lo, n, scores.data());
     if (uses_avx2(which) && a.d <= 256 && a.dv <= 256 && group <= 64)

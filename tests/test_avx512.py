@@ -11,7 +11,8 @@ path in _kernels.available_impls()).
   (batch invariance); the same integer sums as the reference (checked on
   inputs whose float steps are exact, where every path must agree bit for
   bit);
-- attention (the path runs AVX2's kernels): within 1e-5 of the reference.
+- attention: within 1e-5 of the reference; the path's own kernel for 8
+  query heads per kv head gives AVX2's kernel's bits.
 
 Missing tools fail the test with the command that installs them: never a skip."""
 from __future__ import annotations
@@ -36,7 +37,7 @@ SIMDE = Path("/usr/include/simde/x86/avx512.h")
 # The files whose intrinsics the emulated build maps to SIMDe's (the .cpp files
 # are compiled with that map; the header is included by rows_avx512_grouped.cpp).
 AVX512_FILES = ("rows_avx512.cpp", "rows_avx512_grouped.cpp", "rows_avx512_vbmi.cpp", "rows_avx512_groups.h",
-                "rows_avx512.h", "rows_amx.cpp")
+                "rows_avx512.h", "rows_amx.cpp", "attention_avx512.cpp")
 INSTALL = "apt-get install libsimde-dev"
 SHAPES = [(1, 32, 1), (5, 64, 3), (7, 96, 5), (6, 160, 2), (4, 224, 11), (9, 224, 17), (17, 256, 8), (9, 512, 9),
           (33, 2880, 13), (6, 2880, 21)]
@@ -397,6 +398,23 @@ def test_attention_on_the_path(avx512_check, tmp_path, T, H, KH, d, pos0, window
     """The path's attention (AVX2's kernels) through the same driver."""
     check_attention(lambda case, tmp: run_cases(avx512_check, case, tmp), tmp_path, T, H, KH, d, pos0, window, cap,
                     sinks)
+
+
+@pytest.mark.parametrize("T,H,KH,d,pos0,window,cap,sinks", [c for c in ATTENTION_CASES if c[1] == 8 * c[2]] + [
+    (3, 64, 8, 64, 1000, 600, 602, True),    # past a block of values (kValueBlock), slots wrapping inside it
+    (2, 64, 8, 64, 700, 0, 702, False),      # 701 and 702 positions: an odd last one, then pairs only
+    (1, 16, 2, 32, 40, 0, 48, True),         # values 32 wide: one pass
+])
+def test_attention_kernel_gives_avx2s_bits(avx512_check, tmp_path, T, H, KH, d, pos0, window, cap, sinks):
+    """The path's own attention kernel for 8 query heads per kv head
+    (attention_avx512.cpp: two positions a vector) gives, bit for bit, what
+    AVX2's kernel gives natively here (other shapes run AVX2's kernels:
+    test_attention_on_the_path)."""
+    path, (q, k, v, s) = check_attention(lambda case, tmp: run_cases(avx512_check, case, tmp), tmp_path, T, H, KH,
+                                         d, pos0, window, cap, sinks)
+    avx2 = np.empty_like(path)
+    _kernels.attention(q, k, v, s, pos0, window, 1 / math.sqrt(d), avx2, "avx2")
+    assert_same_bits(avx2, path, f"attention T={T} H={H} KH={KH} d={d} pos0={pos0} window={window}")
 
 
 @pytest.mark.parametrize("T,KH,d,dv,cap,pos0", STORE_CASES)

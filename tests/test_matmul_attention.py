@@ -104,7 +104,10 @@ def attention_reference(q, k, v, sinks, pos0, window, scale, n_kv):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("H,K,d", [(8, 2, 16), (16, 2, 64)])   # the second: gpt-oss's 8 heads per kv head
 @pytest.mark.parametrize("window,cap,pos0,T", [(0, 40, 0, 40), (0, 64, 30, 1), (8, 8 + 5 - 1, 20, 5),
-                                               (4, 4, 50, 1), (16, 16 + 127, 300, 128)])
+                                               (4, 4, 50, 1), (16, 16 + 127, 300, 128),
+                                               # past one block of values (kValueBlock, 256 positions),
+                                               # odd and even counts, slots wrapped inside the window
+                                               (0, 700, 690, 3), (300, 302, 1000, 3)])
 def test_attention_matches_float64(impl, window, cap, pos0, T, H, K, d):
     rng = np.random.default_rng(window + pos0)
     n_pos = pos0 + T
@@ -122,6 +125,26 @@ def test_attention_matches_float64(impl, window, cap, pos0, T, H, K, d):
     ref = attention_reference(q.astype(np.float64), k_all.astype(np.float64), v_all.astype(np.float64),
                               sinks.astype(np.float64), pos0, window, 0.25, K)
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("window,cap,pos0,T", [(0, 600, 580, 6), (128, 140, 400, 5)])
+def test_attention_gives_a_query_the_same_bits_alone_or_in_a_batch(impl, window, cap, pos0, T):
+    """A prefill batch's query t and the same query decoded alone at its
+    position (the cache as full as the batch left it) give the same bits:
+    batch invariance, on gpt-oss's shape (8 query heads per kv head)."""
+    rng = np.random.default_rng(pos0)
+    H, K, d = 64, 8, 64
+    kc = rng.standard_normal((K, cap, d)).astype(np.float16).view(np.uint16)
+    vc = rng.standard_normal((K, cap, d)).astype(np.float16).view(np.uint16)
+    q = rng.standard_normal((T, H, d)).astype(np.float32)
+    sinks = rng.standard_normal(H).astype(np.float32)
+    batch = np.empty((T, H, d), np.float32)
+    _kernels.attention(q, kc, vc, sinks, pos0, window, 0.125, batch, impl)
+    for t in range(T):
+        alone = np.empty((1, H, d), np.float32)
+        _kernels.attention(q[t:t + 1].copy(), kc, vc, sinks, pos0 + t, window, 0.125, alone, impl)
+        np.testing.assert_array_equal(alone[0].view(np.uint32), batch[t].view(np.uint32), err_msg=f"query {t}")
 
 
 def fp16_edge_values(rng, n):

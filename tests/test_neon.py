@@ -33,10 +33,10 @@ CXX, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 INSTALL = "apt-get install g++-aarch64-linux-gnu qemu-user"
 # The extension's sources the check links, and those CMakeLists.txt compiles
 # with -ffp-contract=off (the rounding the reference's arithmetic depends on).
-SOURCES = ["cpu", "quants", "matmul", "threads", "attention", "formats", "rows_generic", "rows_neon", "rows_avx2",
+SOURCES = ["cpu", "quants", "matmul", "threads", "attention", "attention_avx512", "formats", "rows_generic", "rows_neon", "rows_avx2",
            "rows_avx2_i16", "rows_avx512", "rows_avx512_grouped", "rows_avx512_vbmi", "rows_amx"]
 NO_CONTRACT = {"formats", "rows_generic", "rows_neon", "rows_avx2", "rows_avx2_i16", "rows_avx512",
-               "rows_avx512_grouped", "rows_avx512_vbmi", "rows_amx"}
+               "rows_avx512_grouped", "rows_avx512_vbmi", "rows_amx", "attention_avx512"}
 FORMATS = _kernels.formats()
 FLOATS = ("f32", "f16", "bf16")
 SHAPES = [(1, 32, 1), (5, 64, 3), (17, 256, 8), (9, 512, 9), (33, 2880, 13)]
@@ -196,10 +196,11 @@ ATTENTION_CASES = [
 ]
 
 
-def check_attention(run, tmp_path, T, H, KH, d, pos0, window, cap, sinks) -> None:
+def check_attention(run, tmp_path, T, H, KH, d, pos0, window, cap, sinks):
     """One attention case through a path_check driver (run: its case bytes
     to its output bytes): the path within 1e-5 of the driver's reference and
-    of this machine's own generic path; head-major fp16 keys and values."""
+    of this machine's own generic path; head-major fp16 keys and values.
+    Returns the path's output and the inputs (q, k, v, sinks or None)."""
     rng = np.random.default_rng(T * 100 + H)
     q = rng.standard_normal((T, H, d)).astype(np.float32)
     k = fp16_bits(rng.standard_normal((KH, cap, d)))
@@ -214,6 +215,7 @@ def check_attention(run, tmp_path, T, H, KH, d, pos0, window, cap, sinks) -> Non
     np.testing.assert_allclose(path, ref, rtol=0, atol=1e-5)
     np.testing.assert_allclose(path, here, rtol=0, atol=1e-5)
     assert np.abs(path).max() > 0.01
+    return path, (q, k, v, s if sinks else None)
 
 
 @pytest.mark.parametrize("T,H,KH,d,pos0,window,cap,sinks", ATTENTION_CASES)
