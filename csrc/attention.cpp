@@ -66,9 +66,8 @@ __attribute__((target("avx2,fma,f16c"))) inline void axpy_avx2(float w, const fl
 // scores of one position are one vector across the 8 heads, so the softmax
 // runs 8 heads at a time with no horizontal sums, and the values accumulate
 // 16 dimensions x 8 heads in registers per pass. scores: [n][8].
-// attention_avx512.cpp's form gives the same bits. (The values' positions
-// in blocks, as that form takes them, read 0.87-0.95x here over 8,192
-// positions in prefill, and no faster at decode: Intel Xeon with AMX.)
+// attention_avx512.cpp's form gives the same bits (one position's scores
+// and the softmax are the same steps: attention_parts.h).
 __attribute__((target("avx2,fma,f16c"))) void attend_group8_avx2(const AttentionArgs& a, size_t t, size_t kh,
                                                                  size_t lo, size_t n, float* scores) {
   const size_t d = a.d, dv = a.dv, h0 = kh * 8;
@@ -78,31 +77,12 @@ __attribute__((target("avx2,fma,f16c"))) void attend_group8_avx2(const Attention
   for (size_t j = 0, slot = lo % a.cap; j < n; ++j, slot = next_slot(slot, a.cap)) {
     const uint16_t* k = a.k + (kh * a.cap + slot) * d;
     prefetch_kv(a, kh, j, n, slot);
-    __m256 p[8];
-    for (int g = 0; g < 8; ++g) p[g] = _mm256_setzero_ps();
-    for (size_t c = 0; c < d; c += 8) {
-      const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + c)));
-      for (int g = 0; g < 8; ++g) p[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kv, p[g]);
-    }
-    // eight dot products into one vector, lane g for head g
-    const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
-    const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(p[4], p[5]), _mm256_hadd_ps(p[6], p[7]));
-    const __m256 sc = _mm256_mul_ps(scale, _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
-                                                          _mm256_permute2f128_ps(h0123, h4567, 0x31)));
+    const __m256 sc = scores8_avx2(q, k, d, scale);
     _mm256_storeu_ps(scores + j * 8, sc);
     mx = _mm256_max_ps(mx, sc);
   }
-  // softmax over [scores..., sink] per head; the sink has no value
-  const __m256 sink = a.sinks ? _mm256_loadu_ps(a.sinks + h0) : _mm256_set1_ps(-INFINITY);
-  const __m256 m = _mm256_max_ps(mx, sink);
-  __m256 denom = a.sinks ? exp_neg_avx2(_mm256_sub_ps(sink, m)) : _mm256_setzero_ps();
-  for (size_t j = 0; j < n; ++j) {
-    const __m256 e = exp_neg_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j * 8), m));
-    _mm256_storeu_ps(scores + j * 8, e);
-    denom = _mm256_add_ps(denom, e);
-  }
   alignas(32) float inv[8];
-  _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.f), denom));
+  softmax8_avx2(a, h0, mx, scores, n, inv);
   float* out = a.out + (t * a.H + h0) * dv;
   for (size_t c = 0; c < dv; c += 16) {
     __m256 acc[8][2];

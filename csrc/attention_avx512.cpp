@@ -14,7 +14,6 @@
 #include "attention_parts.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include "rows_avx512.h"   // (the AVX512 target attribute)
-#include "vecmath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,20 +36,6 @@ AVX512 inline __m512 pair_scores(__m512 h0123, __m512 h4567, __m512 scale) {
   const __m512i high = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
   return _mm512_mul_ps(scale, _mm512_add_ps(_mm512_permutex2var_ps(h0123, low, h4567),
                                             _mm512_permutex2var_ps(h0123, high, h4567)));
-}
-
-// The scores of one position, exactly as attend_group8_avx2's loop.
-AVX512 inline __m256 one_score(const float* q, const uint16_t* k, size_t d, __m256 scale) {
-  __m256 p[8];
-  for (int g = 0; g < 8; ++g) p[g] = _mm256_setzero_ps();
-  for (size_t c = 0; c < d; c += 8) {
-    const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + c)));
-    for (int g = 0; g < 8; ++g) p[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kv, p[g]);
-  }
-  const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
-  const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(p[4], p[5]), _mm256_hadd_ps(p[6], p[7]));
-  return _mm256_mul_ps(scale, _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
-                                            _mm256_permute2f128_ps(h0123, h4567, 0x31)));
 }
 
 AVX512 inline __m256 high_half(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
@@ -95,21 +80,12 @@ AVX512 void attend_group8_avx512(const AttentionArgs& a, size_t t, size_t kh, si
   __m256 mx = _mm256_max_ps(_mm512_castps512_ps256(mx2), high_half(mx2));
   if (j < n) {   // an odd last position
     prefetch_kv(a, kh, j, n, slot);
-    const __m256 sc = one_score(q, keys + slot * d, d, scale);
+    const __m256 sc = scores8_avx2(q, keys + slot * d, d, scale);
     _mm256_storeu_ps(scores + j * 8, sc);
     mx = _mm256_max_ps(mx, sc);
   }
-  // softmax over [scores..., sink] per head; the sink has no value (AVX2's)
-  const __m256 sink = a.sinks ? _mm256_loadu_ps(a.sinks + h0) : _mm256_set1_ps(-INFINITY);
-  const __m256 m = _mm256_max_ps(mx, sink);
-  __m256 denom = a.sinks ? exp_neg_avx2(_mm256_sub_ps(sink, m)) : _mm256_setzero_ps();
-  for (size_t i = 0; i < n; ++i) {
-    const __m256 e = exp_neg_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + i * 8), m));
-    _mm256_storeu_ps(scores + i * 8, e);
-    denom = _mm256_add_ps(denom, e);
-  }
   alignas(32) float inv[8];
-  _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.f), denom));
+  softmax8_avx2(a, h0, mx, scores, n, inv);   // (AVX2's)
   float* out = a.out + (t * a.H + h0) * dv;
   for (size_t j0 = 0, slot0 = lo % a.cap; j0 < n; j0 += kValueBlock) {
     const size_t j1 = std::min(n, j0 + kValueBlock);

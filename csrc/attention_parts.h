@@ -1,10 +1,12 @@
 // Internal to attention.cpp and attention_avx512.cpp: how a task walks the
 // KV cache's slots and prefetches it, and the AVX-512 kernel's entry.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 #include "attention.h"
+#include "vecmath.h"   // (exp_neg_avx2; on x86 with immintrin.h)
 
 namespace gd {
 
@@ -46,6 +48,41 @@ inline void prefetch_kv(const AttentionArgs& a, size_t kh, size_t j, size_t n, s
 constexpr size_t kValueBlock = 256;
 
 #if defined(__x86_64__) || defined(__i386__)
+// The group-of-8 kernels' steps that AVX2's and AVX-512's forms share (the
+// same code, so the same bits). One position's scores: lane g head g's
+// q . k times the scale (q: the 8 heads' queries, contiguous; k: the fp16
+// key row), eight lanes of dimensions i, i + 8, ... each, reduced by
+// vhaddps and the 128-bit halves.
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 scores8_avx2(const float* q, const uint16_t* k, size_t d,
+                                                                     __m256 scale) {
+  __m256 p[8];
+  for (int g = 0; g < 8; ++g) p[g] = _mm256_setzero_ps();
+  for (size_t c = 0; c < d; c += 8) {
+    const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + c)));
+    for (int g = 0; g < 8; ++g) p[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kv, p[g]);
+  }
+  const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
+  const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(p[4], p[5]), _mm256_hadd_ps(p[6], p[7]));
+  return _mm256_mul_ps(scale, _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                                            _mm256_permute2f128_ps(h0123, h4567, 0x31)));
+}
+
+// The softmax over [scores..., sink] per head (the sink has no value) of a
+// task's scores [n][8] whose largest are mx: the scores become their
+// exponentials, inv each head's 1 / denominator.
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void softmax8_avx2(const AttentionArgs& a, size_t h0, __m256 mx,
+                                                                    float* scores, size_t n, float inv[8]) {
+  const __m256 sink = a.sinks ? _mm256_loadu_ps(a.sinks + h0) : _mm256_set1_ps(-INFINITY);
+  const __m256 m = _mm256_max_ps(mx, sink);
+  __m256 denom = a.sinks ? exp_neg_avx2(_mm256_sub_ps(sink, m)) : _mm256_setzero_ps();
+  for (size_t j = 0; j < n; ++j) {
+    const __m256 e = exp_neg_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j * 8), m));
+    _mm256_storeu_ps(scores + j * 8, e);
+    denom = _mm256_add_ps(denom, e);
+  }
+  _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.f), denom));
+}
+
 // AVX-512's form of the group-of-8 kernel (8 query heads per kv head, d a
 // multiple of 8 up to kMaxHeadDim, dv a multiple of 32): two positions a
 // vector, the same bits as attend_group8_avx2 (attention_avx512.cpp).
