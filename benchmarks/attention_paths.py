@@ -21,6 +21,7 @@ import numpy as np
 
 from goosedump import _kernels
 from goosedump.machine import cpu_name
+from kernel_paths import add_path_options, timed_paths   # (this folder: the options the two scripts share)
 
 H, KH, D = 64, 8, 64
 ROTATION_BYTES = 1 << 30   # decode's caches: more than any L3 here
@@ -43,9 +44,7 @@ def timed(q, kv, pos0, sinks, out, path) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=0, help="threads (default: one per core)")
-    ap.add_argument("--reps", type=int, default=5, help="alternating rounds per shape (the best is kept)")
-    ap.add_argument("--with-generic", action="store_true", help="time the portable reference too (slow)")
+    add_path_options(ap)
     ap.add_argument("--contexts", default="512,2048,8192",
                     help="positions before the queries, comma-separated (default 512,2048,8192)")
     args = ap.parse_args()
@@ -53,14 +52,9 @@ def main() -> None:
         contexts = [int(c) for c in args.contexts.split(",")]
     except ValueError:
         ap.error(f"--contexts takes comma-separated integers, got {args.contexts!r}")
-    if args.reps < 1:
-        ap.error(f"--reps must be at least 1, got {args.reps}")
     if any(c < 1 or c > 1 << 20 for c in contexts):
         ap.error(f"--contexts: each between 1 and {1 << 20}, got {args.contexts!r}")
-    if args.threads:
-        _kernels.set_num_threads(args.threads)
-    paths = [p for p in _kernels.available_impls() if args.with_generic or p != "generic"]
-    base = "avx2" if "avx2" in paths else paths[0]
+    paths, base = timed_paths(ap, args)
     print(f"CPU: {cpu_name()}; paths: {', '.join(paths)}; threads: {_kernels.num_threads()}")
     print(f"{'shape':<36} " + " ".join(f"{p + ' GMAC/s':>14} {'ms':>7} {'x ' + base:>8}" for p in paths))
     rng = np.random.default_rng(0)

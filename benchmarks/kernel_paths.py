@@ -114,25 +114,37 @@ class Form:
         self.proc.wait()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_path_options(ap: argparse.ArgumentParser) -> None:
+    """The options of a script that times the paths side by side
+    (attention_paths.py takes them too)."""
     ap.add_argument("--threads", type=int, default=0, help="threads (default: one per core)")
     ap.add_argument("--reps", type=int, default=5, help="alternating rounds per shape (the best is kept)")
     ap.add_argument("--with-generic", action="store_true", help="time the portable reference too (slow)")
-    ap.add_argument("--forms", action="store_true",
-                    help="also the AVX-512 path without AMX, and without AMX and VBMI (child processes)")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+
+
+def timed_paths(ap: argparse.ArgumentParser, args) -> tuple[list[str], str]:
+    """Those options applied: the thread count set, and the paths to time
+    with the one the others are compared with (AVX2, or the first)."""
     if args.reps < 1:
         ap.error(f"--reps must be at least 1, got {args.reps}")
     if args.threads:
         _kernels.set_num_threads(args.threads)
+    paths = [p for p in _kernels.available_impls() if args.with_generic or p != "generic"]
+    return paths, "avx2" if "avx2" in paths else paths[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_path_options(ap)
+    ap.add_argument("--forms", action="store_true",
+                    help="also the AVX-512 path without AMX, and without AMX and VBMI (child processes)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    paths, base = timed_paths(ap, args)
     if args.child:
         return child()
-    paths = [p for p in _kernels.available_impls() if args.with_generic or p != "generic"]
     if args.forms and "avx512" not in paths:
         ap.error("--forms: this CPU has no AVX-512 path (F/BW/VL/VNNI)")
-    base = "avx2" if "avx2" in paths else paths[0]
     threads = _kernels.num_threads()
     peaks = {p: _kernels.peak_int16_macs(p, 2_000_000) for p in paths}   # (before the forms' processes start)
     forms = [Form("avx512 no AMX", {"GOOSEDUMP_AMX": "0"}, threads),

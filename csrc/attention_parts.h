@@ -1,5 +1,6 @@
 // Internal to attention.cpp and attention_avx512.cpp: how a task walks the
-// KV cache's slots and prefetches it, and the AVX-512 kernel's entry.
+// KV cache's slots and prefetches it, the group-of-8 kernels' shared steps
+// (one position's scores, the softmax), and the AVX-512 kernel's entry.
 #pragma once
 #include <cmath>
 #include <cstddef>
