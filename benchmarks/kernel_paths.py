@@ -33,7 +33,9 @@ from goosedump import _kernels, randblocks
 from goosedump.gguf import BLOCK_SIZES, GGMLType
 from goosedump.machine import cpu_name
 
-SHAPES = [("mxfp4", 2880, 2880, 1), ("mxfp4", 2880, 2880, 128), ("q8_0", 4096, 2880, 1), ("q8_0", 4096, 2880, 128)]
+SHAPES = [("mxfp4", 2880, 2880, 1), ("mxfp4", 2880, 2880, 128), ("q8_0", 4096, 2880, 1), ("q8_0", 4096, 2880, 128),
+          ("f16", 4096, 2880, 1), ("f16", 4096, 2880, 128)]
+FLOATS = ("f32", "f16", "bf16")   # (fp32 activations and FMAs: no int16 peak to compare with)
 
 
 def matrices(fmt: str, n: int, k: int, count: int) -> list[np.ndarray]:
@@ -170,7 +172,8 @@ def main() -> None:
         del mats
         rate = {p: n * k * t / best[p] for p in names}
         cells = [f"{rate[p] / 1e9:>14.1f} {rate[p] / rate[base]:>8.2f} "
-                 f"{100 * rate[p] / (peaks[p][0] * threads):>6.0f}%" for p in names]
+                 + ("      -" if fmt in FLOATS else f"{100 * rate[p] / (peaks[p][0] * threads):>6.0f}%")
+                 for p in names]
         print(f"{fmt} {n}x{k}, {t} token(s)".ljust(28) + " " + " ".join(cells))
     for f in forms:
         f.close()

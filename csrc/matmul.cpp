@@ -88,6 +88,7 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
     return rows_generic_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
   }
 #ifdef GD_X86
+  if (impl == Impl::Avx512) return rows_avx512(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
   if (uses_avx2(impl)) return rows_avx2(f, W, n0, n1, K, a.X, a.ldx, T, Y, ldy, bias);
 #endif
 #ifdef __aarch64__

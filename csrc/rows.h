@@ -225,8 +225,11 @@ void rows_avx2(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const
 void rows_avx2_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                    float* Y, size_t ldy, const float* bias);
 
-// AVX-512 F/BW/VL (rows_avx512.cpp, rows_avx512_grouped.cpp); only called when the CPU has it. Its
-// fp32 rows are AVX2's.
+// AVX-512 F/BW/VL (rows_avx512.cpp, rows_avx512_grouped.cpp, rows_avx512_float.cpp); only called
+// when the CPU has it. Its fp32 rows: the plain floats' two rows a register
+// with AVX2's bits, the block formats' AVX2's own.
+void rows_avx512(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const float* X, size_t ldx, size_t T,
+                 float* Y, size_t ldy, const float* bias);
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias);
 // The split form (SplitGroup) of `groups` groups of grouped activations, for

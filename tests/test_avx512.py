@@ -11,6 +11,8 @@ path in _kernels.available_impls()).
   (batch invariance); the same integer sums as the reference (checked on
   inputs whose float steps are exact, where every path must agree bit for
   bit);
+- plain-float weights (F16, BF16, F32) against fp32 activations: AVX2's
+  bits, whatever the tile, and within float64's bound;
 - attention: within 1e-5 of the reference; the path's own kernel for 8
   query heads per kv head gives AVX2's kernel's bits.
 
@@ -30,14 +32,14 @@ import pytest
 from goosedump import _kernels, randblocks
 from goosedump.gguf import BLOCK_SIZES, GGMLType
 from test_neon import (ATTENTION_CASES, CSRC, FORMATS, FLOATS, NO_CONTRACT, ROOT, SOURCES, STORE_CASES,
-                       assert_same_bits, check_attention, check_store, product_case, product_results)
+                       assert_same_bits, check_attention, check_store, product_case, product_results, weights)
 
 CXX = "g++"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 # The files whose intrinsics the emulated build maps to SIMDe's (the .cpp files
 # are compiled with that map; the header is included by rows_avx512_grouped.cpp).
 AVX512_FILES = ("rows_avx512.cpp", "rows_avx512_grouped.cpp", "rows_avx512_vbmi.cpp", "rows_avx512_groups.h",
-                "rows_avx512.h", "rows_amx.cpp", "attention_avx512.cpp")
+                "rows_avx512.h", "rows_avx512_float.cpp", "rows_amx.cpp", "attention_avx512.cpp")
 INSTALL = "apt-get install libsimde-dev"
 SHAPES = [(1, 32, 1), (5, 64, 3), (7, 96, 5), (6, 160, 2), (4, 224, 11), (9, 224, 17), (17, 256, 8), (9, 512, 9),
           (33, 2880, 13), (6, 2880, 21)]
@@ -48,7 +50,8 @@ INTRINSIC = re.compile(r"\b(_mm512_\w+|_mm256_maskz?_\w+|_mm_maskz?_\w+|__m512[i
 # What the Debian version of SIMDe lacks, lane by lane as the instruction
 # does it (vcvtdq2ps: each int32 to the nearest float, ties to even, as C's
 # conversion rounds; a masked byte load reads only the bytes its mask sets;
-# vcvtph2ps: each fp16 to its float, exactly).
+# vpmovzxwd: each uint16 to its uint32; vcvtph2ps: each fp16 to its float,
+# exactly).
 MISSING = """
 #if !defined(simde_mm512_cvtepi32_ps)
 static inline simde__m512 simde_mm512_cvtepi32_ps(simde__m512i a) {
@@ -62,6 +65,14 @@ static inline simde__m512 simde_mm512_cvtepi32_ps(simde__m512i a) {
 static inline simde__m512i simde_mm512_maskz_loadu_epi8(simde__mmask64 k, const void* p) {
   simde__m512i_private r_;
   for (int i = 0; i < 64; ++i) r_.i8[i] = ((k >> i) & 1) ? ((const int8_t*)p)[i] : 0;   /* unread where masked */
+  return simde__m512i_from_private(r_);
+}
+#endif
+#if !defined(simde_mm512_cvtepu16_epi32)
+static inline simde__m512i simde_mm512_cvtepu16_epi32(simde__m256i a) {
+  simde__m256i_private a_ = simde__m256i_to_private(a);
+  simde__m512i_private r_;
+  for (int i = 0; i < 16; ++i) r_.u32[i] = a_.u16[i];
   return simde__m512i_from_private(r_);
 }
 #endif
@@ -181,6 +192,44 @@ def test_int16_products_of_every_format(avx512_check, tmp_path):
         assert np.all(np.abs(path - exact) <= act_err + float_err), what
         # the reference and this path differ only in the float steps' order
         assert np.all(np.abs(path - ref) <= 2 * float_err), what
+
+
+# Plain-float products (rows_avx512_float.cpp: two rows a register): rows
+# past a pass of 8 (and 6) and short of one, an odd last row, token tiles of
+# 1 to 8 and past them, widths of one line of a row and of gpt-oss's rows.
+FLOAT_SHAPES = [(1, 32, 1), (2, 64, 1), (7, 96, 1), (8, 160, 1), (9, 2880, 1), (17, 512, 1), (3, 64, 2),
+                (13, 256, 6), (6, 128, 7), (11, 224, 8), (15, 96, 9), (33, 2880, 13), (5, 32, 21)]
+
+
+@pytest.mark.parametrize("fmt", FLOATS)
+def test_float_products_give_avx2s_bits(avx512_check, tmp_path, fmt):
+    """F16, BF16 and F32 weights against fp32 activations on the path's own
+    kernel give, bit for bit, AVX2's kernel's results natively here, a token
+    the same bits alone as in a batch, and stay within float64's bound for
+    fp32 sums (infinities and NaNs from the raw rows test_neon puts first
+    included: the same bits there too)."""
+    rng = np.random.default_rng(21)
+    cases, inputs = [], []
+    for n, k, t in FLOAT_SHAPES:
+        w = weights(rng, fmt, n, k) if n > 2 else realistic(rng, fmt, n, k)
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        cases.append(product_case(FORMATS.index(fmt), w, x, bias, False))
+        inputs.append((fmt, w, x, bias))
+    out = run_cases(avx512_check, b"".join(cases), tmp_path)
+    for fmt, w, x, bias, path, ref, alone, what in results(out, inputs):
+        assert_same_bits(alone, path, what)       # batch invariance
+        avx2 = np.empty_like(path)
+        _kernels.matmul(fmt, w, x, avx2, bias, "avx2")
+        assert_same_bits(avx2, path, what)
+        n, k = w.shape[0], x.shape[1]
+        wd = np.empty((n, k), np.float32)
+        _kernels.dequantize(fmt, w.reshape(-1), wd.reshape(-1), "generic")
+        fine = np.all(np.isfinite(wd), axis=1)
+        x64, w64 = x.astype(np.float64), wd[fine].astype(np.float64)
+        exact = x64 @ w64.T + bias[fine]
+        bound = 8 * 2.0 ** -24 * math.sqrt(k) * (np.abs(x64) @ np.abs(w64).T) + 2.0 ** -23 * np.abs(bias[fine])
+        assert np.all(np.abs(path[:, fine] - exact) <= bound), what
 
 
 # Where each format keeps its fp16 scale (d) and minimum scale (m): the

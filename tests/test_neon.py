@@ -34,9 +34,9 @@ INSTALL = "apt-get install g++-aarch64-linux-gnu qemu-user"
 # The extension's sources the check links, and those CMakeLists.txt compiles
 # with -ffp-contract=off (the rounding the reference's arithmetic depends on).
 SOURCES = ["cpu", "quants", "matmul", "threads", "attention", "attention_avx512", "formats", "rows_generic", "rows_neon", "rows_avx2",
-           "rows_avx2_i16", "rows_avx512", "rows_avx512_grouped", "rows_avx512_vbmi", "rows_amx"]
+           "rows_avx2_i16", "rows_avx512", "rows_avx512_grouped", "rows_avx512_vbmi", "rows_avx512_float", "rows_amx"]
 NO_CONTRACT = {"formats", "rows_generic", "rows_neon", "rows_avx2", "rows_avx2_i16", "rows_avx512",
-               "rows_avx512_grouped", "rows_avx512_vbmi", "rows_amx", "attention_avx512"}
+               "rows_avx512_grouped", "rows_avx512_vbmi", "rows_avx512_float", "rows_amx", "attention_avx512"}
 FORMATS = _kernels.formats()
 FLOATS = ("f32", "f16", "bf16")
 SHAPES = [(1, 32, 1), (5, 64, 3), (17, 256, 8), (9, 512, 9), (33, 2880, 13)]

@@ -13,7 +13,7 @@
 //   g++ -O3 -std=c++17 -ffp-contract=off -pthread -Icsrc benchmarks/native/decode_rows.cpp
 //       csrc/formats.cpp csrc/cpu.cpp csrc/quants.cpp csrc/matmul.cpp csrc/threads.cpp csrc/peak.cpp
 //       csrc/rows_generic.cpp csrc/rows_avx2.cpp csrc/rows_avx2_i16.cpp csrc/rows_avx512.cpp
-//       csrc/rows_avx512_grouped.cpp csrc/rows_amx.cpp -o decode_rows && ./decode_rows [threads] [mxfp4|q8_0] [rounds]
+//       csrc/rows_avx512_grouped.cpp csrc/rows_avx512_float.cpp csrc/rows_amx.cpp -o decode_rows && ./decode_rows [threads] [mxfp4|q8_0] [rounds]
 // (one command line)
 #define GD_VBMI 1
 #include "rows_avx512_grouped.cpp"
