@@ -52,19 +52,7 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
     GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
   }
-  if constexpr (Mins && TT == 8) {
-    // The minimums' terms of a full tile at once, lane t the scalar
-    // expression's own steps (the same bits): the tokens' half sums come
-    // interleaved (t0 h0, t0 h1, t1 h0, ..), split into two vectors.
-    const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
-    const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
-    const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
-    const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m256 terms = _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(m[0]), s0),
-                                                     _mm256_mul_ps(_mm256_set1_ps(m[1]), s1)),
-                                       _mm256_loadu_ps(a.d));
-    _mm256_storeu_ps(accm, _mm256_add_ps(_mm256_loadu_ps(accm), terms));
-  }
+  if constexpr (Mins && TT == 8) add_tile_min_terms(m, a, accm);   // (a full tile at once: the same bits)
 }
 
 // The scales of one 32-value block (MXFP4's come from a table in row_mxfp4).

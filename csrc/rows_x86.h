@@ -283,6 +283,22 @@ AVX2 inline void eight_min_terms(__m256 mv, const I16Acts& a, size_t c0, float t
                                         _mm256_loadu_ps(a.d + c0)));
 }
 
+// A full tile's (8 tokens') minimums' terms of one chunk (m: its halves'
+// minimums; a: the tile's activations from the chunk on) added into accm,
+// lane t the scalar expression's own steps, (m0 s0 + m1 s1) d (the same
+// bits): the tokens' half sums come interleaved (t0 h0, t0 h1, t1 h0, ..),
+// split into two vectors.
+AVX2 inline void add_tile_min_terms(const float m[2], const I16Acts& a, float* accm) {
+  const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
+  const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
+  const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m256 terms = _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(m[0]), s0),
+                                                   _mm256_mul_ps(_mm256_set1_ps(m[1]), s1)),
+                                     _mm256_loadu_ps(a.d));
+  _mm256_storeu_ps(accm, _mm256_add_ps(_mm256_loadu_ps(accm), terms));
+}
+
 // One token of Q4_K or Q5_K (a: its activations): the minimums' terms of a
 // row's chunks, in a pass after the products, into sums[c % Ways] in chunk
 // order (AVX2: one sum; AVX-512: one per chunk parity, as its products).
