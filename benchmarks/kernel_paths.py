@@ -7,8 +7,10 @@ own instruction's measured peak (`_kernels.peak_int16_macs`).
 
 Shapes: an MXFP4 expert matrix (2880 x 2880, the 20b's and 120b's hidden
 size) at one token (decode) and at 128 tokens (prefill); a Q8_0 attention
-projection (4096 x 2880) likewise. At one token the matrices rotate through a
-gigabyte in 2 MiB pages (`rotation`), as decode's weights stream from memory.
+projection (4096 x 2880) likewise, and an F16 one (the F16 files': fp32
+activations, no int16 peak to compare with). At one token the matrices
+rotate through a gigabyte in 2 MiB pages (`rotation`), as decode's weights
+stream from memory.
 
 --forms adds the AVX-512 path's kernels in other forms, each in a child
 process of its own (the form is chosen once per process), timed in the same
