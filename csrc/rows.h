@@ -89,6 +89,26 @@ inline void with_tile(size_t tt, Fn&& fn) {
   }
 }
 
+// Calls fn(std::integral_constant<int, n>) for n = 1..4 (a tile's rows, or
+// row pairs), so a kernel's count of them is a constant inside it.
+template <class Fn>
+inline void with_up_to_four(size_t n, Fn&& fn) {
+  switch (n) {
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    default: fn(std::integral_constant<int, 1>{}); break;
+  }
+}
+
+// A tile's sums (tmp[r tt + t]: rows n .. n + rr - 1, tokens t0 .. t0 + tt
+// - 1) plus each row's bias, into Y.
+inline void store_tile(const float* tmp, size_t n, size_t rr, size_t t0, size_t tt, float* Y, size_t ldy,
+                       const float* bias) {
+  for (size_t r = 0; r < rr; ++r)
+    for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n + r] = tmp[r * tt + t] + (bias ? bias[n + r] : 0.f);
+}
+
 // Decode streams each weight row from memory once, and the hardware
 // prefetcher alone leaves a core waiting: a software prefetch this far ahead
 // of the block in use, once per cache line, lifted MXFP4 at one token from

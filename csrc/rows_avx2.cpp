@@ -168,14 +168,8 @@ AVX2 void float_rows(const uint8_t* W, size_t n0, size_t n1, size_t K, const flo
           if constexpr (r * t <= 12 && t <= kFloatTokens) float_tile<F, r, t>(row, rb, K, x, ldx, tmp);
         });
       };
-      switch (rr) {
-        case 4: tile(std::integral_constant<int, 4>{}); break;
-        case 3: tile(std::integral_constant<int, 3>{}); break;
-        case 2: tile(std::integral_constant<int, 2>{}); break;
-        default: tile(std::integral_constant<int, 1>{}); break;
-      }
-      for (size_t r = 0; r < rr; ++r)
-        for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n + r] = tmp[r * tt + t] + (bias ? bias[n + r] : 0.f);
+      with_up_to_four(rr, tile);
+      store_tile(tmp, n, rr, t0, tt, Y, ldy, bias);
     }
   }
 }

@@ -119,14 +119,8 @@ AVX512 void float_rows(const uint8_t* W, size_t n0, size_t n1, size_t K, const f
           }
         });
       };
-      switch ((rr + 1) / 2) {
-        case 4: tile(std::integral_constant<int, 4>{}); break;
-        case 3: tile(std::integral_constant<int, 3>{}); break;
-        case 2: tile(std::integral_constant<int, 2>{}); break;
-        default: tile(std::integral_constant<int, 1>{}); break;
-      }
-      for (size_t r = 0; r < rr; ++r)
-        for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n + r] = tmp[r * tt + t] + (bias ? bias[n + r] : 0.f);
+      with_up_to_four((rr + 1) / 2, tile);
+      store_tile(tmp, n, rr, t0, tt, Y, ldy, bias);
     }
   }
 }
