@@ -48,11 +48,7 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
       acc[t] = _mm256_fmadd_ps(block_sums(first, second, a.q + t * 32),
                                lane_scales<F>(&scale[0][t], &scale[H - 1][t]), acc[t]);
   }
-  if constexpr (Mins && TT != 8) {
-    GD_EACH_TOKEN
-    for (int t = 0; t < TT; ++t) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
-  }
-  if constexpr (Mins && TT == 8) add_tile_min_terms(m, a, accm);   // (a full tile at once: the same bits)
+  if constexpr (Mins) add_tile_min_terms<TT>(m, a, accm);
 }
 
 // The scales of one 32-value block (MXFP4's come from a table in row_mxfp4).

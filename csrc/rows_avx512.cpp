@@ -68,11 +68,7 @@ AVX512 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], cons
       acc[t] = _mm512_fmadd_ps(s, _mm512_set1_ps(scale[0][t]), acc[t]);
     }
   }
-  if constexpr (Mins && TT != 8) {
-    GD_EACH_TOKEN
-    for (int t = 0; t < TT; ++t) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
-  }
-  if constexpr (Mins && TT == 8) add_tile_min_terms(m, a, accm);
+  if constexpr (Mins) add_tile_min_terms<TT>(m, a, accm);
 }
 
 // chunk_i16 at one token with the chunk's scales sc (one_token_scales or

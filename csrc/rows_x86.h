@@ -283,12 +283,19 @@ AVX2 inline void eight_min_terms(__m256 mv, const I16Acts& a, size_t c0, float t
                                         _mm256_loadu_ps(a.d + c0)));
 }
 
-// A full tile's (8 tokens') minimums' terms of one chunk (m: its halves'
-// minimums; a: the tile's activations from the chunk on) added into accm,
-// lane t the scalar expression's own steps, (m0 s0 + m1 s1) d (the same
+// The minimums' terms of one chunk (m: its halves' minimums; a: the tile's
+// activations from the chunk on) for each of a tile's TT tokens, added into
+// accm[t]: (m0 s0 + m1 s1) d, one token at a time, or a full tile (8
+// tokens) at once, lane t the scalar expression's own steps (the same
 // bits): the tokens' half sums come interleaved (t0 h0, t0 h1, t1 h0, ..),
 // split into two vectors.
+template <int TT>
 AVX2 inline void add_tile_min_terms(const float m[2], const I16Acts& a, float* accm) {
+  if constexpr (TT != 8) {
+    GD_EACH_TOKEN
+    for (int t = 0; t < TT; ++t) accm[t] += (m[0] * float(a.s[2 * t]) + m[1] * float(a.s[2 * t + 1])) * a.d[t];
+    return;
+  }
   const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s)));
   const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 8)));
   const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
