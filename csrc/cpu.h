@@ -11,7 +11,7 @@ bool cpu_has_avx2();
 // AVX2 (Intel Cascade Lake and later, AMD Zen 4 and later; Skylake-SP lacks
 // VNNI, and runs AVX2).
 bool cpu_has_avx512();
-// True when the AVX-512 path's MXFP4 and Q8_0 kernels take their form with
+// True when the AVX-512 path's MXFP4, Q8_0, Q4_0 and Q5_0 kernels take their form with
 // VBMI's byte permutes (Ice Lake and later, Zen 4 and later; Cascade Lake
 // and Cooper Lake lack VBMI and take the form by qword and word permutes,
 // the same bits). GOOSEDUMP_AVX512_VBMI=0 takes the form without VBMI anywhere.
@@ -36,7 +36,7 @@ enum class Impl { Auto, Generic, Avx2, Avx512, Neon };
 // The revision of the kernels' arithmetic: raised whenever a path's order of
 // operations changes, so results saved by an earlier build (the prompt
 // cache's keys and values) are not taken for this one's.
-constexpr int kNumerics = 11;
+constexpr int kNumerics = 12;
 
 // The AVX-512 path runs the AVX2 kernels where it has none of its own.
 inline bool uses_avx2(Impl impl) { return impl == Impl::Avx2 || impl == Impl::Avx512; }

@@ -42,8 +42,8 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
   return (f == Format::MXFP4 && impl != Impl::Avx512) || (impl == Impl::Avx2 && small_codes(f));
 }
 
-// Whether they are grouped instead: MXFP4 and Q8_0 on AVX-512, whose
-// kernels take eight blocks per vector, four activations of each
+// Whether they are grouped instead: MXFP4, Q8_0, Q4_0 and Q5_0 on AVX-512,
+// whose kernels take eight blocks per vector, four activations of each
 // (rows_avx512_grouped.cpp's rows_grouped). Blocks in groups of eight (the row's
 // last group padded with zero blocks), each tile's groups one after
 // another, a group holding its 256 activations per token: run v of four
@@ -51,7 +51,7 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
 // blocks in turn, at q[(i + v) * 32 + p * 4 ..] for block p of the group,
 // with i = grouped_block(t, 8 g, ..); block p's scale at d[i + p], e[i + p].
 constexpr bool grouped_acts(Format f, Impl impl) {
-  return (f == Format::MXFP4 || f == Format::Q8_0) && impl == Impl::Avx512;
+  return (f == Format::MXFP4 || f == Format::Q8_0 || f == Format::Q4_0 || f == Format::Q5_0) && impl == Impl::Avx512;
 }
 constexpr size_t kGroup = 8;
 // Word i of run v: the block's activations 0, 2, 4, 6, then 1, 3, 5, 7,
@@ -63,7 +63,7 @@ constexpr size_t grouped_slot(size_t v, size_t i) { return 2 * i + (v & 1) + 16 
 inline size_t grouped_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
 
 // The grouped activations of a few tokens (decode's: split_tokens) split into
-// bytes, for MXFP4's and Q8_0's products by vpdpbusd (rows_avx512_grouped.cpp's
+// bytes, for the grouped formats' products by vpdpbusd (rows_avx512_grouped.cpp's
 // row_split), in the grouped form's order (each group's tokens in turn): per
 // group of kGroup blocks, byte i of lane l of vector V belongs to the code
 // q = 256 hi + lo that the grouped form holds at 32 (2V + i % 2) + 2 l + i / 2
@@ -74,15 +74,19 @@ struct alignas(64) SplitGroup {
   uint8_t lo[4][64];   // each code's low byte (0..255)
   int8_t hi[4][64];    // its high byte (-128..127)
   int32_t c[16];       // the offset's share (MXFP4: -12 times the sum of lane l's
-                       // sixteen codes; Q8_0: -32768 times the sum of their high bytes)
+                       // sixteen codes, Q4_0 -8 times, Q5_0 -16 times; Q8_0: -32768
+                       // times the sum of their high bytes)
   union {
     int32_t e[16];     // MXFP4: block l / 2's e (the grouped form's) + 8
-    float d[16];       // Q8_0: block l / 2's d
+    float d[16];       // the others: block l / 2's d
   };
 };
 // The tokens up to which a format's products take the split form (Q8_0 at
-// 3 tokens measured 0.91-0.95x of the grouped form; from 4 on, row pairs).
-constexpr size_t split_tokens(Format f) { return f == Format::MXFP4 ? 3 : f == Format::Q8_0 ? 2 : 0; }
+// 3 tokens measured 0.91-0.95x of the grouped form, Q4_0 and Q5_0 1.24-1.41x,
+// Intel Xeon with AMX; from 4 on, row pairs).
+constexpr size_t split_tokens(Format f) {
+  return f == Format::MXFP4 || f == Format::Q4_0 || f == Format::Q5_0 ? 3 : f == Format::Q8_0 ? 2 : 0;
+}
 
 // MXFP4's and Q8_0's products of at least kAmxTokens tokens on the AVX-512
 // path run on AMX's tiles where the CPU has them (cpu_has_amx;

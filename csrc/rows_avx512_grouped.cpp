@@ -1,4 +1,4 @@
-// AVX-512's MXFP4 and Q8_0 rows (see rows_avx512.cpp for the path and its
+// AVX-512's MXFP4, Q8_0, Q4_0 and Q5_0 rows (see rows_avx512.cpp for the path and its
 // order of the float steps): eight blocks per vector by vpdpwssd
 // (rows_grouped), and at decode's few tokens vpdpbusd on the activations'
 // bytes (row_split).
@@ -33,12 +33,11 @@ struct GroupActs {
 template <Format F, int R, int TT>
 AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const GroupActs& a, const Mxfp4Consts& c,
                               __m512 (&acc)[TT]) {
-  static_assert(F == Format::MXFP4 || F == Format::Q8_0);
   __m512i w[R][8], ew[R];
   __m512 dw[R];
   for (int r = 0; r < R; ++r) {
     if constexpr (F == Format::MXFP4) mxfp4_group(blks[r], blocks, c, w[r], ew[r]);
-    else q8_group(blks[r], blocks, w[r], dw[r]);
+    else int8_group<F>(blks[r], blocks, w[r], dw[r]);
   }
   // (each block's scale in its two lanes: the pair's are row 0's in the
   // even lanes, row 1's in the odd ones)
@@ -107,14 +106,14 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
   }
 }
 
-// MXFP4 and Q8_0 at up to 3 tokens by vpdpbusd, from the activations'
+// MXFP4, Q8_0, Q4_0 and Q5_0 at up to 3 tokens by vpdpbusd, from the activations'
 // split form (SplitGroup), against the codes' low bytes (unsigned) and their
 // high bytes (signed); 256 times the second sum plus the first is the exact
 // sum of the same sixteen products as group_sums' lane, so a row's sums are
 // the same bits as rows_grouped<F, 1, TT>'s. vpdpbusd takes one side
 // unsigned: MXFP4's values plus 12 (0..24, as valid an unsigned byte as a
-// signed one) against both, less 12 times the lane's codes; Q8_0's codes as
-// they are against the low bytes and plus 128 (each byte's top bit
+// signed one) against both, less 12 times the lane's codes; Q8_0's codes
+// (and Q4_0's and Q5_0's, int8 as Q8_0's) as they are against the low bytes and plus 128 (each byte's top bit
 // flipped) against the high ones, less 128 times the high bytes' sum. Each
 // sum starts from its offset's share. MXFP4's lanes hold the products once,
 // not 256 times (SplitGroup::e adds the 8 to the exponent). A fifth fewer
@@ -129,7 +128,6 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
 template <Format F, int R, int TT>
 AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, const SplitGroup* a,
                              float out[2][kTokenTile]) {
-  static_assert(F == Format::MXFP4 || F == Format::Q8_0);
   constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
   const Mxfp4Consts c = mxfp4_consts();
   const __m512i table = _mm512_add_epi8(c.table, _mm512_set1_epi8(12));
@@ -152,7 +150,7 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
     __m512 dw[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = rows[r] + off;
-      if constexpr (F == Format::Q8_0) {
+      if constexpr (F != Format::MXFP4) {
         // Q8_0's one row: each line once at each distance, the lines
         // whose start falls in the group's bytes (a prefetch per 64 of
         // them asked for most lines twice at once, a group apart: from
@@ -180,9 +178,14 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
           mxfp4_values(blk + gb, int(std::min(kGroup, n_chunks - g - kGroup)), c, table, nw[r], new_[r]);
         for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
       } else {
-        if (g + kGroup < n_chunks) q8_codes<true>(blk, blocks, w[r], dw[r]);
-        else q8_codes<false>(blk, blocks, w[r], dw[r]);
-        for (int v = 0; v < 4; ++v) wu[r][v] = _mm512_xor_si512(w[r][v], _mm512_set1_epi8(int8_t(0x80)));
+        if constexpr (F != Format::Q8_0) {   // (unsigned codes: both sides)
+          nibble_codes<F, false>(blk, blocks, w[r], dw[r]);
+          for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
+        } else {
+          if (g + kGroup < n_chunks) q8_codes<true>(blk, blocks, w[r], dw[r]);
+          else q8_codes<false>(blk, blocks, w[r], dw[r]);
+          for (int v = 0; v < 4; ++v) wu[r][v] = _mm512_xor_si512(w[r][v], _mm512_set1_epi8(int8_t(0x80)));
+        }
       }
     }
     GD_EACH_TOKEN
@@ -244,18 +247,68 @@ AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const 
       sum_hi = _mm512_add_epi32(sum_hi, _mm512_add_epi32(_mm512_madd_epi16(_mm512_srai_epi16(a, 8), ones),
                                                          _mm512_madd_epi16(_mm512_srai_epi16(b, 8), ones)));
     }
+    if (f == Format::MXFP4 || f == Format::Q4_0 || f == Format::Q5_0) {
+      const int offset = f == Format::MXFP4 ? 12 : nibble_offset(f);
+      _mm512_store_si512(s.c, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-offset)));
+    }
     if (f == Format::MXFP4) {
-      _mm512_store_si512(s.c, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-12)));
       const __m256i e8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e));
       const __m512i ev = _mm512_permutexvar_epi32(each2, _mm512_castsi256_si512(e8));
       _mm512_store_si512(s.e, _mm512_add_epi32(ev, _mm512_set1_epi32(8)));
     } else {
-      _mm512_store_si512(s.c, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), sum_hi), 15));
+      if (f == Format::Q8_0) _mm512_store_si512(s.c, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), sum_hi), 15));
       _mm512_store_ps(s.d, _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(d))));
     }
   }
 }
 #endif
+
+namespace {
+
+// One format's rows [n0, n1) (rows_avx512_grouped's contract), a function
+// of its own per format.
+template <Format F>
+__attribute__((noinline)) AVX512 void grouped_rows(const uint8_t* W, size_t n0, size_t n1, size_t K,
+                                                   const I16Acts& a, size_t T, float* Y, size_t ldy,
+                                                   const float* bias) {
+  const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(F, K);
+  // Rows in pairs where a pair shares each group's activations. The
+  // grouped form pairs from 4 tokens on (with eight blocks per group one
+  // row's weights fill eight registers, and one row against 8 tokens
+  // measured 0.70x of a pair on AMD Zen 4); below that its rows stream
+  // from memory alone (two interleaved streams had prefetched worse: MXFP4
+  // four blocks per group 0.82x). Decode's split form (T <= kSplitTokens:
+  // one tile) pairs MXFP4's rows, whose loads set the pace, and keeps the
+  // others' alone (row_split; Q4_0's and Q5_0's in pairs 0.85-0.96x at one
+  // and two tokens, Intel Xeon with AMX).
+  const size_t pair = a.split ? (F == Format::MXFP4 ? 2 : 1) : (T >= 4 ? 2 : 1);
+  float out[2][kTokenTile];
+  for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
+    const size_t tt = std::min(kTokenTile, T - t0);
+    const GroupActs ga{a.q + t0 * nbp * 32, a.e + t0 * nbp, a.d + t0 * nbp};
+    for (size_t n = n0; n < n1; n += pair) {
+      const size_t R = std::min(pair, n1 - n);
+      const uint8_t* rows[2] = {W + n * rb, W + (n + R - 1) * rb};
+      with_tile(tt, [&](auto TT) {
+        constexpr int tt_ = decltype(TT)::value;
+        if (a.split) {
+          if constexpr (tt_ <= kSplitTokens) {
+            if (R == 1) row_split<F, 1, tt_>(rows, nc, a.split, out);
+            else if constexpr (F == Format::MXFP4) row_split<F, 2, tt_>(rows, nc, a.split, out);
+          }
+        } else if (R == 2) {
+          rows_grouped<F, 2, tt_>(rows, nc, ga, tt, out);
+        } else {
+          rows_grouped<F, 1, tt_>(rows, nc, ga, tt, out);
+        }
+      });
+      for (size_t r = 0; r < R; ++r)
+        for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n + r] = out[r][t] + (bias ? bias[n + r] : 0.f);
+    }
+  }
+}
+
+}  // namespace
 
 #ifdef GD_VBMI
 void rows_avx512_grouped_vbmi(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a,
@@ -264,44 +317,11 @@ void rows_avx512_grouped_vbmi(Format f, const uint8_t* W, size_t n0, size_t n1, 
 void rows_avx512_grouped_bw(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                             float* Y, size_t ldy, const float* bias) {
 #endif
-  const size_t nc = K / 32, nbp = grouped_blocks(nc), rb = row_bytes(f, K);
-  // Rows in pairs where a pair shares each group's activations. The
-  // grouped form pairs from 4 tokens on (with eight blocks per group one
-  // row's weights fill eight registers, and one row against 8 tokens
-  // measured 0.70x of a pair on AMD Zen 4); below that its rows stream
-  // from memory alone (two interleaved streams had prefetched worse: MXFP4
-  // four blocks per group 0.82x). Decode's split form (T <= kSplitTokens:
-  // one tile) pairs MXFP4's rows, whose loads set the pace, and keeps
-  // Q8_0's alone (row_split).
-  const size_t pair = a.split ? (f == Format::MXFP4 ? 2 : 1) : (T >= 4 ? 2 : 1);
-  float out[2][kTokenTile];
-  for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
-    const size_t tt = std::min(kTokenTile, T - t0);
-    const GroupActs ga{a.q + t0 * nbp * 32, a.e + t0 * nbp, a.d + t0 * nbp};
-    for (size_t n = n0; n < n1; n += pair) {
-      const size_t R = std::min(pair, n1 - n);
-      const uint8_t* rows[2] = {W + n * rb, W + (n + R - 1) * rb};
-      auto run = [&](auto F) {
-        with_tile(tt, [&](auto TT) {
-          constexpr Format f_ = decltype(F)::value;
-          constexpr int tt_ = decltype(TT)::value;
-          if (a.split) {
-            if constexpr (tt_ <= kSplitTokens) {
-              if (R == 1) row_split<f_, 1, tt_>(rows, nc, a.split, out);
-              else if constexpr (f_ == Format::MXFP4) row_split<f_, 2, tt_>(rows, nc, a.split, out);
-            }
-          } else if (R == 2) {
-            rows_grouped<f_, 2, tt_>(rows, nc, ga, tt, out);
-          } else {
-            rows_grouped<f_, 1, tt_>(rows, nc, ga, tt, out);
-          }
-        });
-      };
-      if (f == Format::MXFP4) run(std::integral_constant<Format, Format::MXFP4>{});
-      else run(std::integral_constant<Format, Format::Q8_0>{});
-      for (size_t r = 0; r < R; ++r)
-        for (size_t t = 0; t < tt; ++t) Y[(t0 + t) * ldy + n + r] = out[r][t] + (bias ? bias[n + r] : 0.f);
-    }
+  switch (f) {
+    case Format::MXFP4: return grouped_rows<Format::MXFP4>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::Q8_0: return grouped_rows<Format::Q8_0>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::Q4_0: return grouped_rows<Format::Q4_0>(W, n0, n1, K, a, T, Y, ldy, bias);
+    default: return grouped_rows<Format::Q5_0>(W, n0, n1, K, a, T, Y, ldy, bias);   // (grouped_acts: no other)
   }
 }
 

@@ -57,7 +57,7 @@ constexpr QwordPicks mxfp4_qword_picks(int first) {
 static constexpr QwordPicks kMxfp4Codes = mxfp4_qword_picks(1);
 static constexpr QwordPicks kMxfp4Scales = mxfp4_qword_picks(0);
 
-AVX512 inline __m512i pick_low_bytes(__m512i a, __m512i b, const QwordPicks& p) {   // byte s at the qword's bottom
+AVX512_INLINE __m512i pick_low_bytes(__m512i a, __m512i b, const QwordPicks& p) {   // byte s at the qword's bottom
   return _mm512_srlv_epi64(_mm512_permutex2var_epi64(a, _mm512_load_si512(p.at), b), _mm512_load_si512(p.right));
 }
 
@@ -78,12 +78,12 @@ constexpr Mxfp4Picks mxfp4_picks() {
 }
 static constexpr Mxfp4Picks kMxfp4Picks = mxfp4_picks();
 
-AVX512 inline Mxfp4Consts mxfp4_consts() {
+AVX512_INLINE Mxfp4Consts mxfp4_consts() {
   return {_mm512_load_si512(kMxfp4Picks.pick), _mm512_load_si512(kMxfp4Picks.scales),
           _mm512_broadcast_i32x4(_mm256_castsi256_si128(mxfp4_values256()))};
 }
 
-AVX512 inline __m512i load_bytes(const uint8_t* p, int n) {   // n of the 64 bytes (the rest zeros)
+AVX512_INLINE __m512i load_bytes(const uint8_t* p, int n) {   // n of the 64 bytes (the rest zeros)
   if (n >= 64) return _mm512_loadu_si512(p);
   return n > 0 ? _mm512_maskz_loadu_epi8(~__mmask64(0) >> (64 - n), p) : _mm512_setzero_si512();
 }
@@ -95,7 +95,7 @@ AVX512 inline __m512i load_bytes(const uint8_t* p, int n) {   // n of the 64 byt
 // group of `blocks` < 8 reads only its own bytes (the rest as zeros: zero
 // codes), by masked loads (a copy into a zeroed buffer stalled the loads on
 // its stores: 0.87x).
-AVX512 inline void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i table, __m512i v[4],
+AVX512_INLINE void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i table, __m512i v[4],
                                 __m512i& ew) {
   const int n = 17 * blocks;
   const __m512i a = load_bytes(blk, n), b = load_bytes(blk + 64, n - 64);
@@ -135,7 +135,7 @@ AVX512 inline void mxfp4_values(const uint8_t* blk, int blocks, const Mxfp4Const
 }
 
 // The grouped loop's form of them: int16 values w[0..7] (grouped_slot's runs).
-AVX512 inline void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i w[8], __m512i& ew) {
+AVX512_INLINE void mxfp4_group(const uint8_t* blk, int blocks, const Mxfp4Consts& c, __m512i w[8], __m512i& ew) {
   __m512i v[4];
   mxfp4_values(blk, blocks, c, c.table, v, ew);
   // each word's values as int16 times 256: its low byte's shifted up, its
@@ -187,11 +187,11 @@ static constexpr Q8Picks kQ8Picks = q8_picks();
 // Q8_0's picks: vpermt2b by a byte index (VBMI), or without VBMI vpermt2w by
 // the word index of the same bytes (Q8Picks' words)
 #ifdef GD_VBMI
-AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) {
+AVX512_INLINE __m512i permute_bytes(__m512i a, __m512i index, __m512i b) {
   return _mm512_permutex2var_epi8(a, index, b);
 }
 #else
-AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) {
+AVX512_INLINE __m512i permute_bytes(__m512i a, __m512i index, __m512i b) {
   return _mm512_permutex2var_epi16(a, index, b);
 }
 #endif
@@ -204,7 +204,7 @@ AVX512 inline __m512i permute_bytes(__m512i a, __m512i index, __m512i b) {
 // into the row's next block (a masked load per load, and the branches that
 // pick its mask, cost one token from memory 0.93x; Intel Xeon with AMX).
 template <bool More>
-AVX512 inline void q8_codes(const uint8_t* blk, int blocks, __m512i q[4], __m512& dw) {
+AVX512_INLINE void q8_codes(const uint8_t* blk, int blocks, __m512i q[4], __m512& dw) {
   const int n = 34 * blocks;
 #ifdef GD_VBMI
   const __m512i pick = _mm512_load_si512(kQ8Picks.codes), scales = _mm512_load_si512(kQ8Picks.scales);
@@ -228,10 +228,105 @@ AVX512 inline void q8_codes(const uint8_t* blk, int blocks, __m512i q[4], __m512
   dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
 }
 
-AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512& dw) {
+// Q4_0 and Q5_0 in the same grouped form. A half group's four blocks (18
+// or 22 bytes: an fp16 scale, Q5_0's 32 fifth bits, then 16 bytes of
+// nibbles, low ones codes 0..15 and high ones 16..31) come from two loads;
+// one permute puts code bytes 0..7 of block k into qword k and 8..15 into
+// qword 4 + k, one (Q5_0) its fifth bits into qword k, one its scale into
+// words 2k and 2k + 1; the halves are joined as Q8_0's. The nibbles masked
+// and shifted make q8_codes' four vectors of eight codes per block, unsigned
+// (u: the nibble, Q5_0's plus 16 where the fifth bit is set: each qword's
+// fifth-bit byte spread to its eight bytes by vpshufb, tested against each
+// byte's bit) or as their values, u - offset (Q4_0: 8, Q5_0: 16). The
+// grouped loop widens the values as Q8_0's codes (the same sums and scales);
+// decode's split form takes u as both of vpdpbusd's sides, its offset's
+// share -offset times the lane's activations (SplitGroup::c), where Q8_0's
+// flips each code's top bit: the same exact sums, so the same bits in every
+// tile. Every pick is of whole words (both blocks' sizes and fields are
+// even): without VBMI, vpermt2w. Against the chunk loop (one vpmaddwd, a
+// conversion and an FMA per block and token, the first two on one port in
+// 512 bits on Intel) one vpdpwssd per block and token.
+struct SmallPicks {
+  alignas(64) uint8_t codes[64], bits[64], scales[64];
+  alignas(64) uint16_t code_words[32], bit_words[32], scale_words[32];
+};
+constexpr SmallPicks small_picks(int size, int codes_at) {
+  SmallPicks p{};
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 8; ++j) {
+      p.codes[8 * k + j] = uint8_t(size * k + codes_at + j);
+      p.codes[32 + 8 * k + j] = uint8_t(size * k + codes_at + 8 + j);
+      p.bits[8 * k + j] = p.bits[32 + 8 * k + j] = uint8_t(size * k + 2 + j % 4);   // (qwords 4..7 unused)
+    }
+  for (int l = 0; l < 16; ++l) {   // word l: block l / 2's scale (as Q8Picks')
+    const int k = (l / 2) % 4;
+    p.scales[2 * l] = uint8_t(size * k);
+    p.scales[2 * l + 1] = uint8_t(size * k + 1);
+  }
+  for (int i = 0; i < 32; ++i) {
+    p.code_words[i] = uint16_t(p.codes[2 * i] / 2);
+    p.bit_words[i] = uint16_t(p.bits[2 * i] / 2);
+    p.scale_words[i] = uint16_t(p.scales[2 * i] / 2);
+  }
+  return p;
+}
+static constexpr SmallPicks kQ4Picks = small_picks(18, 2), kQ5Picks = small_picks(22, 6);
+
+constexpr int nibble_offset(Format f) { return f == Format::Q5_0 ? 16 : 8; }
+
+template <Format F, bool Values>
+AVX512_INLINE void nibble_codes(const uint8_t* blk, int blocks, __m512i q[4], __m512& dw) {
+  static_assert(F == Format::Q4_0 || F == Format::Q5_0);
+  constexpr bool five = F == Format::Q5_0;
+  constexpr int size = five ? 22 : 18;
+  const SmallPicks& k = five ? kQ5Picks : kQ4Picks;
+#ifdef GD_VBMI
+  const __m512i pick = _mm512_load_si512(k.codes), bits = _mm512_load_si512(k.bits);
+  const __m512i scales = _mm512_load_si512(k.scales);
+#else
+  const __m512i pick = _mm512_load_si512(k.code_words), bits = _mm512_load_si512(k.bit_words);
+  const __m512i scales = _mm512_load_si512(k.scale_words);
+#endif
+  const int n = size * blocks;
+  __m512i c[2], h[2], sc[2];
+  for (int half = 0; half < 2; ++half) {
+    const int m = n - 4 * size * half;
+    const __m512i l0 = load_bytes(blk + 4 * size * half, m), l1 = load_bytes(blk + 4 * size * half + 64, m - 64);
+    c[half] = permute_bytes(l0, pick, l1);
+    if constexpr (five) h[half] = permute_bytes(l0, bits, l1);
+    sc[half] = permute_bytes(l0, scales, l1);
+  }
+  const __m512i lo = _mm512_shuffle_i64x2(c[0], c[1], 0x44), hi = _mm512_shuffle_i64x2(c[0], c[1], 0xEE);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  // codes 0..7, 16..23, 8..15, 24..31 of block p in qword p (q8_codes' order)
+  q[0] = _mm512_and_si512(lo, nibble), q[1] = _mm512_and_si512(_mm512_srli_epi16(lo, 4), nibble);
+  q[2] = _mm512_and_si512(hi, nibble), q[3] = _mm512_and_si512(_mm512_srli_epi16(hi, 4), nibble);
+  if constexpr (five) {
+    const __m512i fifth = _mm512_shuffle_i64x2(h[0], h[1], 0x44);   // qword p: block p's 32 bits
+    const __m512i each = _mm512_set1_epi64(int64_t(0x8040201008040201ULL)), sixteen = _mm512_set1_epi8(16);
+    constexpr int byte_of[4] = {0, 2, 1, 3};   // the fifth bits' byte of each vector's codes
+    for (int j = 0; j < 4; ++j) {
+      const int b = byte_of[j];
+      const __m512i spread = _mm512_broadcast_i32x4(
+          _mm_setr_epi8(b, b, b, b, b, b, b, b, 8 + b, 8 + b, 8 + b, 8 + b, 8 + b, 8 + b, 8 + b, 8 + b));
+      const __mmask64 set = _mm512_test_epi8_mask(_mm512_shuffle_epi8(fifth, spread), each);
+      q[j] = _mm512_mask_add_epi8(q[j], set, q[j], sixteen);
+    }
+  }
+  if constexpr (Values)
+    for (int j = 0; j < 4; ++j) q[j] = _mm512_sub_epi8(q[j], _mm512_set1_epi8(int8_t(nibble_offset(F))));
+  dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00, sc[0], sc[1])));
+}
+
+// Q8_0's, Q4_0's and Q5_0's codes (int8, q8_codes' order) as the grouped
+// loop's int16 values w[0..7]: vector j's even bytes into run 2j, its odd
+// ones into run 2j + 1 (grouped_slot's).
+template <Format F>
+AVX512_INLINE void int8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512& dw) {
   __m512i q[4];
-  q8_codes<false>(blk, blocks, q, dw);   // (the loop over tokens: a branch to q8_codes<true> there, 0.77-0.85x)
-  for (int j = 0; j < 4; ++j) {   // vector j's even bytes into run 2j, its odd ones into run 2j + 1 (grouped_slot's)
+  if constexpr (F == Format::Q8_0) q8_codes<false>(blk, blocks, q, dw);   // (the loop over tokens: a branch to q8_codes<true> there, 0.77-0.85x)
+  else nibble_codes<F, true>(blk, blocks, q, dw);
+  for (int j = 0; j < 4; ++j) {
     w[2 * j] = _mm512_srai_epi16(_mm512_slli_epi16(q[j], 8), 8);
     w[2 * j + 1] = _mm512_srai_epi16(q[j], 8);
   }
@@ -248,7 +343,7 @@ AVX512 inline void q8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512
 // on AMD Zen 4, probed; one row keeps the load in its vpdpwssd: held in a
 // register, 0.92x).
 template <int R>
-AVX512 inline void group_sums(const __m512i (&w)[R][8], const int16_t* q, __m512i (&s)[R]) {
+AVX512_INLINE void group_sums(const __m512i (&w)[R][8], const int16_t* q, __m512i (&s)[R]) {
   constexpr int C = 2;
   __m512i h[C][R];
   for (int v = 0; v < 8; ++v) {
@@ -266,21 +361,21 @@ AVX512 inline void group_sums(const __m512i (&w)[R][8], const int16_t* q, __m512
 }
 
 // Rows 0 and 1 in one vector: lanes 2p of a, 2p + 1 of b.
-AVX512 inline __m512i interleave_rows(__m512i a, __m512i b) { return _mm512_mask_blend_epi32(0xAAAA, a, b); }
-AVX512 inline __m512 interleave_rows(__m512 a, __m512 b) { return _mm512_mask_blend_ps(0xAAAA, a, b); }
+AVX512_INLINE __m512i interleave_rows(__m512i a, __m512i b) { return _mm512_mask_blend_epi32(0xAAAA, a, b); }
+AVX512_INLINE __m512 interleave_rows(__m512 a, __m512 b) { return _mm512_mask_blend_ps(0xAAAA, a, b); }
 
 // Lanes 2p and 2p + 1 swapped (vshufps: SIMDe, which the tests emulate
 // this file with, lacks vpermilps and vpshufd in 512 bits).
-AVX512 inline __m512 swap_pairs(__m512 a) { return _mm512_shuffle_ps(a, a, 0xB1); }
-AVX512 inline __m512i swap_pairs(__m512i a) { return _mm512_castps_si512(swap_pairs(_mm512_castsi512_ps(a))); }
+AVX512_INLINE __m512 swap_pairs(__m512 a) { return _mm512_shuffle_ps(a, a, 0xB1); }
+AVX512_INLINE __m512i swap_pairs(__m512i a) { return _mm512_castps_si512(swap_pairs(_mm512_castsi512_ps(a))); }
 
 // Each block's whole sum (its two lanes added) for R rows in one vector:
 // lane 2p row 0's block p, lane 2p + 1 row 1's (R = 2) or row 0's again (R
 // = 1: the same number). MXFP4's lanes hold 256 times the products (|sum|
 // < 2^31) and are added as floats, exactly (256 times an integer below
-// 2^24); Q8_0's as int32 (|sum| < 2^27), then converted.
+// 2^24); Q8_0's (and Q4_0's, Q5_0's) as int32 (|sum| < 2^27), then converted.
 template <Format F, int R>
-AVX512 inline __m512 block_sums(const __m512i (&s)[R]) {
+AVX512_INLINE __m512 block_sums(const __m512i (&s)[R]) {
   if constexpr (F == Format::MXFP4) {
     const __m512 a = _mm512_cvtepi32_ps(s[0]);
     if constexpr (R == 1) return _mm512_add_ps(a, swap_pairs(a));

@@ -330,7 +330,7 @@ FORM_SHAPES = [(37, 2880, 1), (37, 2880, 2), (37, 2880, 3), (37, 2880, 4), (37, 
                (5, 32, 3), (16, 256, 40), (6, 96, 2), (33, 512, 9)]
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0"])
+@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0", "q4_0", "q5_0"])
 def test_the_form_without_vbmi_gives_the_bits_of_the_form_with_it(avx512_check, tmp_path, fmt):
     """Emulated (SIMDe computes both forms on any AVX2 CPU): the driver with
     GOOSEDUMP_AVX512_VBMI=0 gives, bit for bit, what it gives with VBMI, each
@@ -375,7 +375,7 @@ def test_the_forms_natively_where_the_cpu_has_avx512(tmp_path):
             _kernels.matmul("q8_0", np.zeros((1, 34), np.uint8), np.zeros((1, 32), np.float32),
                             np.zeros((1, 1), np.float32), impl="avx512")
         return
-    inputs = [case for fmt in ("mxfp4", "q8_0") for case in edge_cases(fmt, FORM_SHAPES, 24)[1]]
+    inputs = [case for fmt in ("mxfp4", "q8_0", "q4_0", "q5_0") for case in edge_cases(fmt, FORM_SHAPES, 24)[1]]
     src = tmp_path / "in.npy"
     np.save(src, np.array(inputs, dtype=object), allow_pickle=True)
     got = {}
