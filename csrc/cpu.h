@@ -19,7 +19,7 @@ bool cpu_has_vbmi();
 // True when the CPU has AMX's tiles and their bf16 products (Intel Sapphire
 // Rapids and later Xeons) and the OS lets this process use them (Linux asks
 // for it: arch_prctl's ARCH_REQ_XCOMP_PERM, requested here once). The
-// AVX-512 path then runs MXFP4's and Q8_0's products of many tokens on
+// AVX-512 path then runs MXFP4's, Q8_0's, Q4_0's and Q5_0's products of many tokens on
 // them (rows_amx.cpp), the same bits; GOOSEDUMP_AMX=0 keeps them off.
 bool cpu_has_amx();
 // True where the core runs each 256-bit operation as two 128-bit halves

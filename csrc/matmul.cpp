@@ -37,8 +37,18 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
     q.resize(blocks * kBlock);
     d.resize(blocks);
     e.resize(blocks);
-    if (has_min(f)) s.resize(2 * T * K / kBlock);
+    if (has_min(f) && !grouped) s.resize(2 * T * K / kBlock);
     quantize_acts_i16(X, ldx, T, K, q.data(), d.data(), e.data(), even_odd, grouped, impl);
+    if (has_min(f) && grouped) {   // (groups of eight blocks: eight runs of 32 codes, four of each block's a run)
+      sd.resize(blocks);
+      for (size_t i = 0; i < blocks; i += kGroup)
+        for (size_t p = 0; p < kGroup; ++p) {
+          int32_t v = 0;
+          for (size_t run = 0; run < kGroup; ++run)
+            for (size_t l = 0; l < 4; ++l) v += q[(i + run) * kBlock + p * 4 + l];
+          sd[i + p] = float(v) * d[i + p];
+        }
+    }
 #ifdef GD_X86
     if (grouped && T <= split_tokens(f)) {   // (grouped: the AVX-512 path)
       split.resize(blocks / kGroup);
@@ -48,12 +58,15 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
     if (amx_products(f, impl, T)) {
       const size_t nbp = grouped_blocks(K / kBlock), tiles = (T + kAmxTokens - 1) / kAmxTokens;
       amx.resize(tiles * nbp * amx_block_words(f));
-      if (f == Format::Q8_0) amx_e.resize(tiles * nbp * kAmxTokens);
+      if (f != Format::MXFP4) amx_e.resize(tiles * nbp * kAmxTokens);
+      if (!sd.empty()) amx_m.resize(tiles * nbp * kAmxTokens);
       amx_format = f;
-      if (!amx_acts(f, q.data(), d.data(), e.data(), T, K / kBlock, amx.data(), amx_e.data(), amx_k)) amx.clear();
+      if (!amx_acts(f, q.data(), d.data(), e.data(), sd.empty() ? nullptr : sd.data(), T, K / kBlock, amx.data(),
+                    amx_e.data(), amx_m.empty() ? nullptr : amx_m.data(), amx_k))
+        amx.clear();
     }
 #endif
-    if (has_min(f))   // the sum of each half block's codes: the minimums' terms need it
+    if (has_min(f) && !grouped)   // the sum of each half block's codes: the minimums' terms need it
       for (size_t i = 0; i < 2 * T * K / kBlock; ++i) {
         const int16_t* b = &q[16 * (i & ~size_t(1))];   // the half's block
         const int h = int(i & 1);
@@ -65,7 +78,7 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
 }
 
 bool amx_products(Format f, Impl impl, size_t T) {
-  return (f == Format::MXFP4 || f == Format::Q8_0) && impl == Impl::Avx512 && T >= kAmxTokens && cpu_has_amx();
+  return grouped_acts(f, impl) && impl == Impl::Avx512 && T >= kAmxTokens && cpu_has_amx();
 }
 
 void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,
@@ -77,7 +90,8 @@ void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
     const bool amx = !a.amx.empty() && a.amx_format == f;
     const I16Acts q{a.q.data(), a.d.data(), a.e.data(), a.s.empty() ? nullptr : a.s.data(), a.even_odd,
                     a.split.empty() || a.split_format != f ? nullptr : a.split.data(), amx ? a.amx.data() : nullptr,
-                    amx && !a.amx_e.empty() ? a.amx_e.data() : nullptr, a.amx_k};
+                    amx && !a.amx_e.empty() ? a.amx_e.data() : nullptr, a.amx_k,
+                    a.sd.empty() ? nullptr : a.sd.data(), amx && !a.amx_m.empty() ? a.amx_m.data() : nullptr};
 #ifdef GD_X86
     if (impl == Impl::Avx512) return rows_avx512_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);
     if (impl == Impl::Avx2) return rows_avx2_i16(f, W, n0, n1, K, q, T, Y, ldy, bias);

@@ -42,16 +42,20 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
   return (f == Format::MXFP4 && impl != Impl::Avx512) || (impl == Impl::Avx2 && small_codes(f));
 }
 
-// Whether they are grouped instead: MXFP4, Q8_0, Q4_0 and Q5_0 on AVX-512,
-// whose kernels take eight blocks per vector, four activations of each
-// (rows_avx512_grouped.cpp's rows_grouped). Blocks in groups of eight (the row's
+// Whether they are grouped instead: MXFP4, Q8_0, Q4_0, Q5_0 and Q4_K on
+// AVX-512, whose kernels take eight blocks per vector, four activations of
+// each (rows_avx512_grouped.cpp's rows_grouped; Q4_K's super-block is one
+// group, its eight 32-value chunks the blocks). Blocks in groups of eight (the row's
 // last group padded with zero blocks), each tile's groups one after
 // another, a group holding its 256 activations per token: run v of four
 // (activations grouped_slot(v, 0..3), v = 0..7) of each of its eight
 // blocks in turn, at q[(i + v) * 32 + p * 4 ..] for block p of the group,
-// with i = grouped_block(t, 8 g, ..); block p's scale at d[i + p], e[i + p].
+// with i = grouped_block(t, 8 g, ..); block p's scale at d[i + p], e[i + p]
+// (and for Q4_K, whose chunks have minimums, the sum of its codes times its
+// scale at sd[i + p]: exact, an integer below 2^20 times a power of two).
 constexpr bool grouped_acts(Format f, Impl impl) {
-  return (f == Format::MXFP4 || f == Format::Q8_0 || f == Format::Q4_0 || f == Format::Q5_0) && impl == Impl::Avx512;
+  return (f == Format::MXFP4 || f == Format::Q8_0 || f == Format::Q4_0 || f == Format::Q5_0 || f == Format::Q4_K) &&
+         impl == Impl::Avx512;
 }
 constexpr size_t kGroup = 8;
 // Word i of run v: the block's activations 0, 2, 4, 6, then 1, 3, 5, 7,
@@ -74,8 +78,8 @@ struct alignas(64) SplitGroup {
   uint8_t lo[4][64];   // each code's low byte (0..255)
   int8_t hi[4][64];    // its high byte (-128..127)
   int32_t c[16];       // the offset's share (MXFP4: -12 times the sum of lane l's
-                       // sixteen codes, Q4_0 -8 times, Q5_0 -16 times; Q8_0: -32768
-                       // times the sum of their high bytes)
+                       // sixteen codes, Q4_0 -8 times, Q5_0 -16 times, Q4_K 0;
+                       // Q8_0: -32768 times the sum of their high bytes)
   union {
     int32_t e[16];     // MXFP4: block l / 2's e (the grouped form's) + 8
     float d[16];       // the others: block l / 2's d
@@ -85,20 +89,22 @@ struct alignas(64) SplitGroup {
 // 3 tokens measured 0.91-0.95x of the grouped form, Q4_0 and Q5_0 1.24-1.41x,
 // Intel Xeon with AMX; from 4 on, row pairs).
 constexpr size_t split_tokens(Format f) {
-  return f == Format::MXFP4 || f == Format::Q4_0 || f == Format::Q5_0 ? 3 : f == Format::Q8_0 ? 2 : 0;
+  return f == Format::MXFP4 || f == Format::Q4_0 || f == Format::Q5_0 || f == Format::Q4_K ? 3
+         : f == Format::Q8_0                                                               ? 2
+                                                                                           : 0;
 }
 
-// MXFP4's and Q8_0's products of at least kAmxTokens tokens on the AVX-512
+// The grouped formats' products of at least kAmxTokens tokens on the AVX-512
 // path run on AMX's tiles where the CPU has them (cpu_has_amx;
 // rows_amx.cpp), reading the grouped activations also in AMX's form (amx,
 // for amx_format), per tile of 16 tokens and block (blocks in rows_amx.cpp's
 // slot order), from the block's int16 codes q = 256 hi + lo: MXFP4's two
 // tiles of 16 rows of 64 bytes, bf16 words, the first lo, the second 256 hi,
 // row i holding codes 2i and 2i + 1 of each token in turn (tdpbf16ps's
-// pairs); Q8_0's two tiles of 8 rows of 64 bytes, the first the lo bytes,
+// pairs); Q8_0's (Q4_0's, Q5_0's) two tiles of 8 rows of 64 bytes, the first the lo bytes,
 // the second the hi bytes, row i holding codes 4i .. 4i + 3 of each token in
 // turn. MXFP4's words are the activations' values, lo and 256 hi times the
-// block's scale 2^-k (amx_k: the range of -k); Q8_0's bytes take their
+// block's scale 2^-k (amx_k: the range of -k); the others' bytes take their
 // scale apart, amx_e[(tile nbp + slot) 16 + token]: the block's d. A last
 // tile's missing tokens are zeros.
 constexpr size_t kAmxTokens = 16;
@@ -145,10 +151,11 @@ struct ActView {
   std::vector<float> d;
   std::vector<int32_t> e;
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
+  std::vector<float> sd;    // grouped, with minimums (Q4_K): each block's sum of codes times its d
   std::vector<SplitGroup> split;   // up to split_tokens(f) tokens, grouped: the codes split into bytes
   Format split_format{};           // (the format whose offset and scales it holds)
   std::vector<uint16_t, LineAligned<uint16_t>> amx;   // many tokens on AMX (amx_products): AMX's form
-  std::vector<float, LineAligned<float>> amx_e;
+  std::vector<float, LineAligned<float>> amx_e, amx_m;   // (amx_m: Q4_K's sd, in amx_e's places)
   AmxExponents amx_k;
   Format amx_format{};             // (the format whose form it holds)
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);

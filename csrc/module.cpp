@@ -169,7 +169,7 @@ NB_MODULE(_kernels, m) {
         "True where the AVX2 kernels take their forms for cores that split 256-bit operations in two (AMD Zen 1; "
         "GOOSEDUMP_AVX2_HALVES=1 or 0 decides instead).");
   m.def("cpu_has_amx", &gd::cpu_has_amx,
-        "True where the AVX-512 path runs MXFP4's and Q8_0's products of 16 tokens and more on AMX's tiles, the same bits "
+        "True where the AVX-512 path runs MXFP4's, Q8_0's, Q4_0's and Q5_0's products of 16 tokens and more on AMX's tiles, the same bits "
         "(Intel Sapphire Rapids and later, the OS permitting; GOOSEDUMP_AMX=0 keeps them off).");
   m.attr("NUMERICS") = gd::kNumerics;
   m.def("available_impls", [] {

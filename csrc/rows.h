@@ -69,8 +69,10 @@ struct I16Acts {
   bool even_odd;   // each block's codes in act_slot's order (ActView::even_odd)
   const SplitGroup* split = nullptr;   // a few tokens of the grouped form also split into bytes (or null)
   const uint16_t* amx = nullptr;       // many tokens also in AMX's form (ActView::amx, or null)
-  const float* amx_e = nullptr;        // (Q8_0's)
+  const float* amx_e = nullptr;        // (the int8 formats')
   AmxExponents amx_k;                  // (MXFP4's)
+  const float* sd = nullptr;           // grouped Q4_K: each block's sum of codes times its d (ActView::sd)
+  const float* amx_m = nullptr;        // (Q4_K's sd in AMX's places)
 };
 
 // Calls fn(std::integral_constant<int, tt>) for a tile of 1..8 tokens, so
@@ -253,21 +255,22 @@ void rows_avx512(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, con
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias);
 // The split form (SplitGroup) of `groups` groups of grouped activations, for
-// format f (MXFP4 or Q8_0: its offset and scales).
+// format f (its offset and scales).
 void split_acts_avx512(Format f, const int16_t* q, const float* d, const int32_t* e, size_t groups, SplitGroup* out);
 
-// AMX (rows_amx.cpp): MXFP4's or Q8_0's rows [n0, n1) against T tokens
+// AMX (rows_amx.cpp): the grouped formats' rows [n0, n1) against T tokens
 // from their AMX form (a.amx), the same bits as rows_avx512_grouped's; and
-// that form for format f made from the grouped one (q, d, e: ActView's; nb
-// blocks per row).
+// that form for format f made from the grouped one (q, d, e, sd: ActView's;
+// nb blocks per row).
 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T, float* Y,
               size_t ldy, const float* bias);
 // False where MXFP4's activations are too large for the form (a scale
 // beyond 2^112: those products stay on the vectors); k: the form's range.
-// out (and Q8_0's out_e) must arrive zeroed, as ActView's new vectors do: a
-// last tile's missing tokens are the zeros left in place.
-bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
-              float* out_e, AmxExponents& k);
+// out (and the int8 formats' out_e, Q4_K's out_m) must arrive zeroed, as
+// ActView's new vectors do: a last tile's missing tokens are the zeros left
+// in place.
+bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, const float* sd, size_t T, size_t nb,
+              uint16_t* out, float* out_e, float* out_m, AmxExponents& k);
 
 // NEON (rows_neon.cpp); only compiled for and called on AArch64. The int16
 // path is bit for bit rows_generic_i16.

@@ -1,4 +1,4 @@
-// The AVX-512 path's MXFP4 and Q8_0 products of many tokens (prefill's
+// The AVX-512 path's MXFP4, Q8_0, Q4_0 and Q5_0 products of many tokens (prefill's
 // experts and attention projections) on Intel AMX's tiles (amx.h), with the
 // same bits as rows_grouped's.
 //
@@ -31,7 +31,9 @@
 // bytes each) against the tokens' lo bytes (unsigned: tdpbsud) and hi bytes
 // (signed: tdpbssd), two int32 sums; 256 times the second plus the first is
 // the block's exact sum, converted and added by rows_grouped's FMA (the
-// weight's fp16 scale times the token's 2^-k).
+// weight's fp16 scale times the token's 2^-k). Q4_0's and Q5_0's blocks take
+// the same products, their codes first decoded into int8 (a task's 16 rows
+// once, for all its tiles of tokens), as rows_grouped takes them.
 #include "rows_avx512.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include "amx.h"
@@ -120,7 +122,41 @@ AVX512 void decode_rows(const uint8_t* W, size_t rb, size_t rows, size_t nb, uin
     }
 }
 
-// The tiles of int8 products (Q8_0): tiles 0, 1 and 4, 5 a block's two
+// Q4_0's, Q5_0's and Q4_K's rows [0, 16) as int8 codes, Q8_0's form
+// (codes8: the values rows_grouped multiplies; Q4_K's chunks the blocks),
+// block b's tile of 16 rows at out + 512 b, rows 32 bytes apart.
+template <Format F>
+AVX512 void decode_int8_rows(const uint8_t* W, size_t rb, size_t nb, uint8_t* out) {
+  constexpr size_t chunks = block_values(F) / kBlock;
+  for (size_t b = 0; b < nb; ++b)
+    for (size_t r = 0; r < kTile; ++r)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 512 * b + 32 * r),
+                         x86::codes8<F>(W + r * rb + block_bytes(F) * (b / chunks), int(b % chunks)));
+}
+
+// A task's 16 rows' scales (ws[r nb + b]: the block's, Q4_K's chunk's d sc)
+// and Q4_K's minimums (wm: -(dmin m)), the values rows_grouped takes.
+AVX512 void task_scales(Format f, const uint8_t* W, size_t rb, size_t nb, float* ws, float* wm) {
+  for (size_t r = 0; r < kTile; ++r) {
+    const uint8_t* row = W + r * rb;
+    if (f == Format::Q4_K) {
+      for (size_t sb = 0; sb < nb / 8; ++sb) {
+        uint32_t s[4];
+        x86::k4_fields(row + 144 * sb, s);
+        _mm256_storeu_ps(ws + r * nb + 8 * sb, x86::scaled_bytes(s, row + 144 * sb, x86::half_x86));
+        _mm256_storeu_ps(wm + r * nb + 8 * sb, x86::scaled_bytes(s + 2, row + 144 * sb + 2, x86::half_x86, -0.f));
+      }
+      continue;
+    }
+    for (size_t b = 0; b < nb; ++b) {
+      uint16_t h;
+      std::memcpy(&h, row + block_bytes(f) * b, 2);   // (each block's fp16 scale first)
+      ws[r * nb + b] = x86::half_x86(h);
+    }
+  }
+}
+
+// The tiles of int8 products (Q8_0, Q4_0, Q5_0): tiles 0, 1 and 4, 5 a block's two
 // sums (lo, hi) in the two sets, 2 and 6 its rows (16 rows of 32 bytes), 3
 // and 7 the tokens' lo and hi bytes (8 rows of 64: four bytes of each of 16
 // tokens).
@@ -141,14 +177,17 @@ template <>
 struct BlockSums<Format::Q8_0> {
   alignas(64) int32_t lo[kTile][kTile], hi[kTile][kTile];
 };
+template <>
+struct BlockSums<Format::Q4_K> : BlockSums<Format::Q8_0> {};
 
 // Where a task's rows are: MXFP4's decoded (w: slot(b) 512 words a block's
-// tile, rows 64 bytes apart), Q8_0's in the matrix (its first row at q,
-// rows rb bytes apart).
+// tile, rows 64 bytes apart); the int8 formats' codes (block b's first row
+// at q + bs b, rows rb bytes apart: Q8_0's in the matrix, Q4_0's and
+// Q5_0's decoded).
 struct TaskRows {
   const uint16_t* w;
   const uint8_t* q;
-  size_t rb;
+  size_t rb, bs;
 };
 
 // Block b (in slot s) of a tile of tokens (at: its AMX form) into out, by
@@ -167,7 +206,7 @@ inline void block_sums(const TaskRows& rows, const uint16_t* at, size_t b, size_
   } else {
     amx::zero<C>();
     amx::zero<C + 1>();
-    amx::load<C + 2>(rows.q + 34 * b + 2, rows.rb);   // (a block: fp16 scale, then 32 codes)
+    amx::load<C + 2>(rows.q + rows.bs * b, rows.rb);
     amx::load<3>(lo, 64);
     amx::load<7>(lo + amx_block_words(F) / 2, 64);
     amx::dot_su8<C, C + 2, 3>();
@@ -198,12 +237,13 @@ inline void pass_block(const TaskRows& rows, const uint16_t* at, size_t b, size_
   else block_sums<F, 4>(rows, at, b, s, c[1]);
 }
 
-// A task's 16 rows (Q8_0's: their fp16 scales as floats, ws[r nb + b])
-// against one tile of 16 tokens (at, et: its AMX form): sums[r][t], each
-// row's sum over its blocks.
+// A task's 16 rows (the int8 formats': their scales as floats, ws[r nb +
+// b], Q4_K's minimums wm) against one tile of 16 tokens (at, et, mt: its
+// AMX form): sums[r][t], each row's sum over its blocks. (F: MXFP4, Q8_0 for
+// every int8 format without minimums, or Q4_K.)
 template <Format F>
-AVX512 void token_tile(const TaskRows& rows, const float* ws, const uint16_t* at, const float* et, size_t nb,
-                       Ahead& ahead, float (&sums)[kTile][kTile]) {
+AVX512 void token_tile(const TaskRows& rows, const float* ws, const float* wm, const uint16_t* at, const float* et,
+                       const float* mt, size_t nb, Ahead& ahead, float (&sums)[kTile][kTile]) {
   const size_t nbp = grouped_blocks(nb);
   BlockSums<F> c[2];
   alignas(64) float places[kGroup][kTile][kTile];   // each place's accumulators: place, row, token
@@ -229,6 +269,11 @@ AVX512 void token_tile(const TaskRows& rows, const float* ws, const uint16_t* at
           const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(x.hi[r]), 8),
                                                _mm512_load_si512(x.lo[r]));
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(w, e), acc[r]);
+        }
+        if constexpr (F == Format::Q4_K) {   // the minimums' terms: rows_grouped's second FMA
+          const __m512 m = _mm512_load_ps(mt + kTile * slot(b, nbp));
+          GD_EACH_ROW
+          for (size_t r = 0; r < kTile; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wm[r * nb + b]), m, acc[r]);
         }
       }
     }
@@ -264,8 +309,8 @@ constexpr AmxPlaces amx_places() {
 }
 constexpr AmxPlaces kAmxPlaces = amx_places();
 
-bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size_t T, size_t nb, uint16_t* out,
-              float* out_e, AmxExponents& k) {
+bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, const float* sd, size_t T, size_t nb,
+              uint16_t* out, float* out_e, float* out_m, AmxExponents& k) {
   const size_t nbp = grouped_blocks(nb);
   const size_t per_block = amx_block_words(f), half = per_block / 2;   // words
   k = {};   // (out and out_e arrive zeroed: a last tile's missing tokens stay zeros)
@@ -302,6 +347,7 @@ bool amx_acts(Format f, const int16_t* q, const float* d, const int32_t* e, size
             bytes[2 * half + at] = uint8_t(c >> 8);   // (half: words)
           }
         out_e[at_slot * kTile + tok] = d[run + p];
+        if (out_m) out_m[at_slot * kTile + tok] = sd[run + p];
       }
     }
   }
@@ -315,11 +361,13 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
   const size_t per_block = amx_block_words(f);
   // (each thread's, kept between calls; aligned: the decoded rows are tiles)
   static thread_local std::vector<uint16_t, LineAligned<uint16_t>> w_buf;
-  static thread_local std::vector<float> ws_buf;
+  static thread_local std::vector<float> ws_buf, wm_buf;
   if (f == Format::MXFP4) w_buf.resize(kTile * nbp * 32);
   else ws_buf.resize(kTile * nb);
+  if (f != Format::MXFP4 && f != Format::Q8_0) w_buf.resize(kTile * nb * 16);   // (decoded int8: 512 bytes a block)
+  if (f == Format::Q4_K) wm_buf.resize(kTile * nb);
   uint16_t* w = w_buf.data();
-  float* ws = ws_buf.data();
+  float *ws = ws_buf.data(), *wm = wm_buf.data();
   static const amx::TileConfig bf16 = amx::full_tiles(), int8 = int8_tiles();
   amx::configure(f == Format::MXFP4 ? bf16 : int8);
   alignas(64) float sums[kTile][kTile];
@@ -335,21 +383,24 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
       rows_avx512_grouped(f, W, n, n1, K, a, T, Y, ldy, bias);
       break;
     } else {
-      for (size_t r = 0; r < kTile; ++r)
-        for (size_t b = 0; b < nb; ++b) {
-          uint16_t h;
-          std::memcpy(&h, W + (n + r) * rb + 34 * b, 2);
-          ws[r * nb + b] = x86::half_x86(h);
-        }
+      task_scales(f, W + n * rb, rb, nb, ws, wm);
+      uint8_t* codes = reinterpret_cast<uint8_t*>(w);
+      if (f == Format::Q4_0) decode_int8_rows<Format::Q4_0>(W + n * rb, rb, nb, codes);
+      if (f == Format::Q5_0) decode_int8_rows<Format::Q5_0>(W + n * rb, rb, nb, codes);
+      if (f == Format::Q4_K) decode_int8_rows<Format::Q4_K>(W + n * rb, rb, nb, codes);
     }
-    const TaskRows task{w, W + n * rb, rb};
+    const bool decoded = f != Format::MXFP4 && f != Format::Q8_0;
+    const TaskRows task = decoded ? TaskRows{w, reinterpret_cast<const uint8_t*>(w), 32, 512}
+                                  : TaskRows{w, W + n * rb + 2, rb, 34};   // (Q8_0's codes after its scale)
     Ahead ahead{W + (n + kTile) * rb, kTile * rb};   // (past the matrix's end: prefetches do not fault)
     for (size_t t0 = 0; t0 < T; t0 += kTile) {
       const size_t u = t0 / kTile;
       const uint16_t* at = a.amx + u * nbp * per_block;
-      const float* et = a.amx_e ? a.amx_e + u * nbp * kTile : nullptr;   // (Q8_0's)
-      if (f == Format::MXFP4) token_tile<Format::MXFP4>(task, ws, at, et, nb, ahead, sums);
-      else token_tile<Format::Q8_0>(task, ws, at, et, nb, ahead, sums);
+      const float* et = a.amx_e ? a.amx_e + u * nbp * kTile : nullptr;   // (the int8 formats')
+      const float* mt = a.amx_m ? a.amx_m + u * nbp * kTile : nullptr;   // (Q4_K's)
+      if (f == Format::MXFP4) token_tile<Format::MXFP4>(task, ws, wm, at, et, mt, nb, ahead, sums);
+      else if (f == Format::Q4_K) token_tile<Format::Q4_K>(task, ws, wm, at, et, mt, nb, ahead, sums);
+      else token_tile<Format::Q8_0>(task, ws, wm, at, et, mt, nb, ahead, sums);
       for (size_t r = 0; r < rows; ++r)
         for (size_t t = 0; t < std::min(kTile, T - t0); ++t)
           Y[(t0 + t) * ldy + n + r] = sums[r][t] + (bias ? bias[n + r] : 0.f);

@@ -11,15 +11,26 @@ namespace {
 using namespace x86;
 
 // A tile's grouped activations from one group on (q: 256 int16 per token,
-// e, d: eight blocks' scales per token).
+// e, d: eight blocks' scales per token; sd, Q4_K's: eight blocks' sums
+// times their d per token, else null).
 struct GroupActs {
   const int16_t* q;
   const int32_t* e;
   const float* d;
+  const float* sd;
   GroupActs at(size_t groups, size_t tile) const {
-    return {q + 32 * kGroup * groups * tile, e + kGroup * groups * tile, d + kGroup * groups * tile};
+    return {q + 32 * kGroup * groups * tile, e + kGroup * groups * tile, d + kGroup * groups * tile,
+            sd ? sd + kGroup * groups * tile : sd};
   }
 };
+
+// Q4_K's minimums' terms of a group for one token, after its products (sd:
+// the token's eight blocks' sums times their d): the chunk loop's m s d, one
+// FMA into the lanes of the products' FMA, in that order in every form.
+AVX512_INLINE __m512 add_min_terms(__m512 acc, __m512 mw, const float* sd) {
+  const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  return _mm512_fmadd_ps(mw, _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(sd))), acc);
+}
 
 // One group (blocks of it: 8, or fewer for a row's last) of R rows (1 or 2)
 // against TT tokens, into one accumulator per token for both rows (lane 2p
@@ -29,23 +40,24 @@ struct GroupActs {
 // of sixteen on the stack, a load and a store per add). MXFP4 scales a
 // token's block sums by vscalefps (mxfp4_group); Q8_0 multiplies the
 // weights' fp16 scales by the activations' 2^-k and adds the sums times
-// that by one FMA.
+// that by one FMA (Q4_K then its minimums' terms by a second).
 template <Format F, int R, int TT>
 AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const GroupActs& a, const Mxfp4Consts& c,
                               __m512 (&acc)[TT]) {
   __m512i w[R][8], ew[R];
-  __m512 dw[R];
+  __m512 dw[R], mw[R];
   for (int r = 0; r < R; ++r) {
     if constexpr (F == Format::MXFP4) mxfp4_group(blks[r], blocks, c, w[r], ew[r]);
-    else int8_group<F>(blks[r], blocks, w[r], dw[r]);
+    else int8_group<F>(blks[r], blocks, w[r], dw[r], mw[r]);
   }
   // (each block's scale in its two lanes: the pair's are row 0's in the
   // even lanes, row 1's in the odd ones)
   __m512i ewp = ew[0];
-  __m512 dwp = dw[0];
+  __m512 dwp = dw[0], mwp = mw[0];
   if constexpr (R == 2) {
     if constexpr (F == Format::MXFP4) ewp = interleave_rows(ew[0], ew[1]);
     else dwp = interleave_rows(dw[0], dw[1]);
+    if constexpr (F == Format::Q4_K) mwp = interleave_rows(mw[0], mw[1]);
   }
   const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   GD_EACH_TOKEN
@@ -60,6 +72,7 @@ AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const Gr
     } else {
       const __m512 dt = _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(a.d + kGroup * t)));
       acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(dwp, dt), acc[t]);
+      if constexpr (F == Format::Q4_K) acc[t] = add_min_terms(acc[t], mwp, a.sd + kGroup * t);
     }
   }
 }
@@ -87,7 +100,7 @@ AVX512 inline void hsum_rows(__m512 v, float& even, float& odd) {
 template <Format F, int R, int TT>
 AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, GroupActs a, size_t tile,
                                 float out[2][kTokenTile]) {
-  constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
+  constexpr size_t gb = kGroup * block_bytes(F) / (block_values(F) / kBlock);   // a group's bytes (Q4_K: one block)
   const Mxfp4Consts c = mxfp4_consts();
   __m512 acc[TT];
   GD_EACH_TOKEN
@@ -126,9 +139,9 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
 // one, in the L3 1.10-1.17x; the 20b's experts at decode 1.19x); Q8_0, whose
 // rows keep pace with the memory alone, one (a pair 0.74-0.76x).
 template <Format F, int R, int TT>
-AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, const SplitGroup* a,
+AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, const SplitGroup* a, const float* sd,
                              float out[2][kTokenTile]) {
-  constexpr size_t gb = kGroup * block_bytes(F);   // a group's bytes
+  constexpr size_t gb = kGroup * block_bytes(F) / (block_values(F) / kBlock);   // a group's bytes (Q4_K: one block)
   const Mxfp4Consts c = mxfp4_consts();
   const __m512i table = _mm512_add_epi8(c.table, _mm512_set1_epi8(12));
   __m512 acc[TT];
@@ -144,10 +157,10 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
   __m512i nw[R][4], new_[R];
   if constexpr (F == Format::MXFP4)
     for (int r = 0; r < R; ++r) mxfp4_values(rows[r], int(std::min(kGroup, n_chunks)), c, table, nw[r], new_[r]);
-  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a += TT) {
+  for (size_t g = 0, off = 0; g < n_chunks; g += kGroup, off += gb, a += TT, sd = sd ? sd + kGroup * TT : sd) {
     const int blocks = int(std::min(kGroup, n_chunks - g));   // (a tail group: zero codes, zero activations)
     __m512i w[R][4], wu[R][4], ew[R];   // the values as the low bytes' and the high bytes' partners
-    __m512 dw[R];
+    __m512 dw[R], mw[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = rows[r] + off;
       if constexpr (F != Format::MXFP4) {
@@ -179,7 +192,8 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
         for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
       } else {
         if constexpr (F != Format::Q8_0) {   // (unsigned codes: both sides)
-          nibble_codes<F, false>(blk, blocks, w[r], dw[r]);
+          if constexpr (F == Format::Q4_K) k4_codes(blk, w[r], dw[r], mw[r]);
+          else nibble_codes<F, false>(blk, blocks, w[r], dw[r]);
           for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
         } else {
           if (g + kGroup < n_chunks) q8_codes<true>(blk, blocks, w[r], dw[r]);
@@ -213,6 +227,8 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
       } else {
         const __m512 d0 = R == 2 ? interleave_rows(dw[0], dw[R - 1]) : dw[0];
         acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(d0, _mm512_load_ps(at.d)), acc[t]);
+        if constexpr (F == Format::Q4_K)
+          acc[t] = add_min_terms(acc[t], R == 2 ? interleave_rows(mw[0], mw[R - 1]) : mw[0], sd + kGroup * t);
       }
     }
   }
@@ -247,8 +263,8 @@ AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const 
       sum_hi = _mm512_add_epi32(sum_hi, _mm512_add_epi32(_mm512_madd_epi16(_mm512_srai_epi16(a, 8), ones),
                                                          _mm512_madd_epi16(_mm512_srai_epi16(b, 8), ones)));
     }
-    if (f == Format::MXFP4 || f == Format::Q4_0 || f == Format::Q5_0) {
-      const int offset = f == Format::MXFP4 ? 12 : nibble_offset(f);
+    if (f == Format::MXFP4 || f == Format::Q4_0 || f == Format::Q5_0 || f == Format::Q4_K) {
+      const int offset = f == Format::MXFP4 ? 12 : f == Format::Q4_K ? 0 : nibble_offset(f);   // (Q4_K's codes: 0..15)
       _mm512_store_si512(s.c, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-offset)));
     }
     if (f == Format::MXFP4) {
@@ -285,7 +301,7 @@ __attribute__((noinline)) AVX512 void grouped_rows(const uint8_t* W, size_t n0, 
   float out[2][kTokenTile];
   for (size_t t0 = 0; t0 < T; t0 += kTokenTile) {
     const size_t tt = std::min(kTokenTile, T - t0);
-    const GroupActs ga{a.q + t0 * nbp * 32, a.e + t0 * nbp, a.d + t0 * nbp};
+    const GroupActs ga{a.q + t0 * nbp * 32, a.e + t0 * nbp, a.d + t0 * nbp, a.sd ? a.sd + t0 * nbp : a.sd};
     for (size_t n = n0; n < n1; n += pair) {
       const size_t R = std::min(pair, n1 - n);
       const uint8_t* rows[2] = {W + n * rb, W + (n + R - 1) * rb};
@@ -293,8 +309,8 @@ __attribute__((noinline)) AVX512 void grouped_rows(const uint8_t* W, size_t n0, 
         constexpr int tt_ = decltype(TT)::value;
         if (a.split) {
           if constexpr (tt_ <= kSplitTokens) {
-            if (R == 1) row_split<F, 1, tt_>(rows, nc, a.split, out);
-            else if constexpr (F == Format::MXFP4) row_split<F, 2, tt_>(rows, nc, a.split, out);
+            if (R == 1) row_split<F, 1, tt_>(rows, nc, a.split, a.sd, out);
+            else if constexpr (F == Format::MXFP4) row_split<F, 2, tt_>(rows, nc, a.split, a.sd, out);
           }
         } else if (R == 2) {
           rows_grouped<F, 2, tt_>(rows, nc, ga, tt, out);
@@ -321,6 +337,7 @@ void rows_avx512_grouped_bw(Format f, const uint8_t* W, size_t n0, size_t n1, si
     case Format::MXFP4: return grouped_rows<Format::MXFP4>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::Q8_0: return grouped_rows<Format::Q8_0>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::Q4_0: return grouped_rows<Format::Q4_0>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::Q4_K: return grouped_rows<Format::Q4_K>(W, n0, n1, K, a, T, Y, ldy, bias);
     default: return grouped_rows<Format::Q5_0>(W, n0, n1, K, a, T, Y, ldy, bias);   // (grouped_acts: no other)
   }
 }

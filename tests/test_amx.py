@@ -1,6 +1,6 @@
 """AMX's tiles in the extension as built, on this CPU: offered exactly where
 the CPU has them (AMX-TILE and AMX-BF16 beside the AVX-512 path), and where
-it has them, MXFP4's and Q8_0's products of 16 tokens and more (prefill's
+it has them, MXFP4's, Q8_0's, Q4_0's, Q5_0's and Q4_K's products of 16 tokens and more (prefill's
 experts and attention projections) on the tiles give the bits the AVX-512 kernels give without them
 (GOOSEDUMP_AMX=0, in a second process: the choice is made once per
 process), MXFP4's at the edges of the range where its scales ride in the
@@ -29,9 +29,11 @@ from goosedump import _kernels, randblocks
 from goosedump.gguf import GGMLType
 rng = np.random.default_rng(3)
 out = {}
-for fmt, n, k, t in [(f, *shape) for f in ("mxfp4", "q8_0")
+for fmt, n, k, t in [(f, *shape) for f in ("mxfp4", "q8_0", "q4_0", "q5_0", "q4_k")
                      for shape in [(16, 2880, 16), (37, 2880, 21), (5, 96, 40), (48, 2880, 64), (33, 512, 130)]]:
-    w = np.ascontiguousarray(randblocks.blocks(GGMLType[fmt.upper()], rng, n * k // 32, 0.02).reshape(n, -1))
+    per = 256 if fmt == "q4_k" else 32   # (values a block: Q4_K's rows whole super-blocks)
+    k = -(-k // per) * per
+    w = np.ascontiguousarray(randblocks.blocks(GGMLType[fmt.upper()], rng, n * k // per, 0.02).reshape(n, -1))
     x = rng.standard_normal((t, k)).astype(np.float32)
     x[0, :32] = 0
     x[-1, 32:] *= 1e3

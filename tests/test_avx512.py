@@ -294,6 +294,7 @@ def edge_cases(fmt: str, shapes, seed: int):
     rng = np.random.default_rng(seed)
     inputs = []
     for n, k, t in shapes:
+        k = padded(fmt, k)   # (Q4_K: whole super-blocks)
         w = realistic(rng, fmt, n, k)
         x = rng.standard_normal((t, k)).astype(np.float32)
         x[0, :32] = 0
@@ -302,10 +303,11 @@ def edge_cases(fmt: str, shapes, seed: int):
     return b"".join(product_case(FORMATS.index(fmt), w, x, bias, True) for _, w, x, bias in inputs), inputs
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0"])
+@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0", "q4_0", "q5_0", "q4_k"])
 def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, fmt):
-    """MXFP4's and Q8_0's products of 16 tokens and more on AMX's tiles
-    (rows_amx.cpp; amx.h computes each tile instruction as Intel's
+    """MXFP4's, Q8_0's, Q4_0's, Q5_0's and Q4_K's products of 16 tokens and
+    more on AMX's tiles (rows_amx.cpp; the last three decoded into int8
+    first; amx.h computes each tile instruction as Intel's
     pseudo-code does, on any CPU) equal, bit for bit, the AVX-512 kernels'
     (the driver again with GOOSEDUMP_AMX=0), and each token alone (decode's
     kernel) equals it in the batch. Realistic weights and activations, an
@@ -330,7 +332,7 @@ FORM_SHAPES = [(37, 2880, 1), (37, 2880, 2), (37, 2880, 3), (37, 2880, 4), (37, 
                (5, 32, 3), (16, 256, 40), (6, 96, 2), (33, 512, 9)]
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0", "q4_0", "q5_0"])
+@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0", "q4_0", "q5_0", "q4_k"])
 def test_the_form_without_vbmi_gives_the_bits_of_the_form_with_it(avx512_check, tmp_path, fmt):
     """Emulated (SIMDe computes both forms on any AVX2 CPU): the driver with
     GOOSEDUMP_AVX512_VBMI=0 gives, bit for bit, what it gives with VBMI, each
@@ -375,7 +377,7 @@ def test_the_forms_natively_where_the_cpu_has_avx512(tmp_path):
             _kernels.matmul("q8_0", np.zeros((1, 34), np.uint8), np.zeros((1, 32), np.float32),
                             np.zeros((1, 1), np.float32), impl="avx512")
         return
-    inputs = [case for fmt in ("mxfp4", "q8_0", "q4_0", "q5_0") for case in edge_cases(fmt, FORM_SHAPES, 24)[1]]
+    inputs = [case for fmt in ("mxfp4", "q8_0", "q4_0", "q5_0", "q4_k") for case in edge_cases(fmt, FORM_SHAPES, 24)[1]]
     src = tmp_path / "in.npy"
     np.save(src, np.array(inputs, dtype=object), allow_pickle=True)
     got = {}

@@ -8,11 +8,11 @@ import platform
 
 ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512vbmi", "avx_vnni", "avx512_bf16", "amx_tile",
              "amx_int8", "amx_bf16", "asimd", "asimddp", "sve")
-AMX_NOTE = ("AMX tiles: MXFP4's and Q8_0's products of 16 tokens and more (prefill's experts and attention), "
+AMX_NOTE = ("AMX tiles: MXFP4's, Q8_0's, Q4_0's and Q5_0's products of 16 tokens and more (prefill's experts and attention), "
             "the same bits (GOOSEDUMP_AMX=0 keeps them off)")
 
 
-NO_VBMI_NOTE = ("AVX-512 without VBMI (this CPU lacks it, or GOOSEDUMP_AVX512_VBMI=0): MXFP4's and Q8_0's kernels "
+NO_VBMI_NOTE = ("AVX-512 without VBMI (this CPU lacks it, or GOOSEDUMP_AVX512_VBMI=0): MXFP4's, Q8_0's, Q4_0's and Q5_0's kernels "
                 "gather their bytes by qword and word permutes (MXFP4: and shifts), the same bits")
 
 
