@@ -42,20 +42,23 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
   return (f == Format::MXFP4 && impl != Impl::Avx512) || (impl == Impl::Avx2 && small_codes(f));
 }
 
-// Whether they are grouped instead: MXFP4, Q8_0, Q4_0, Q5_0 and Q4_K on
-// AVX-512, whose kernels take eight blocks per vector, four activations of
-// each (rows_avx512_grouped.cpp's rows_grouped; Q4_K's super-block is one
-// group, its eight 32-value chunks the blocks). Blocks in groups of eight (the row's
+// Whether they are grouped instead: MXFP4, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K and Q5_K on AVX-512, whose kernels take eight blocks per vector, four
+// activations of each (rows_avx512_grouped.cpp's rows_grouped; a K-quant's
+// super-block is one group, its eight 32-value chunks the blocks). Blocks in groups of eight (the row's
 // last group padded with zero blocks), each tile's groups one after
 // another, a group holding its 256 activations per token: run v of four
 // (activations grouped_slot(v, 0..3), v = 0..7) of each of its eight
 // blocks in turn, at q[(i + v) * 32 + p * 4 ..] for block p of the group,
 // with i = grouped_block(t, 8 g, ..); block p's scale at d[i + p], e[i + p]
-// (and for Q4_K, whose chunks have minimums, the sum of its codes times its
-// scale at sd[i + p]: exact, an integer below 2^20 times a power of two).
+// (and for the formats with minimums the sum of its codes times its scale at
+// sd[i + p]: exact, an integer below 2^20 times a power of two).
 constexpr bool grouped_acts(Format f, Impl impl) {
-  return (f == Format::MXFP4 || f == Format::Q8_0 || f == Format::Q4_0 || f == Format::Q5_0 || f == Format::Q4_K) &&
-         impl == Impl::Avx512;
+  switch (f) {
+    case Format::MXFP4: case Format::Q8_0: case Format::Q4_0: case Format::Q4_1: case Format::Q5_0:
+    case Format::Q5_1: case Format::Q4_K: case Format::Q5_K: return impl == Impl::Avx512;
+    default: return false;
+  }
 }
 constexpr size_t kGroup = 8;
 // Word i of run v: the block's activations 0, 2, 4, 6, then 1, 3, 5, 7,
@@ -78,8 +81,8 @@ struct alignas(64) SplitGroup {
   uint8_t lo[4][64];   // each code's low byte (0..255)
   int8_t hi[4][64];    // its high byte (-128..127)
   int32_t c[16];       // the offset's share (MXFP4: -12 times the sum of lane l's
-                       // sixteen codes, Q4_0 -8 times, Q5_0 -16 times, Q4_K 0;
-                       // Q8_0: -32768 times the sum of their high bytes)
+                       // sixteen codes, Q4_0 -8 times, Q5_0 -16 times, the formats
+                       // with minimums 0; Q8_0: -32768 times the sum of their high bytes)
   union {
     int32_t e[16];     // MXFP4: block l / 2's e (the grouped form's) + 8
     float d[16];       // the others: block l / 2's d
@@ -89,9 +92,7 @@ struct alignas(64) SplitGroup {
 // 3 tokens measured 0.91-0.95x of the grouped form, Q4_0 and Q5_0 1.24-1.41x,
 // Intel Xeon with AMX; from 4 on, row pairs).
 constexpr size_t split_tokens(Format f) {
-  return f == Format::MXFP4 || f == Format::Q4_0 || f == Format::Q5_0 || f == Format::Q4_K ? 3
-         : f == Format::Q8_0                                                               ? 2
-                                                                                           : 0;
+  return !grouped_acts(f, Impl::Avx512) ? 0 : f == Format::Q8_0 ? 2 : 3;
 }
 
 // The grouped formats' products of at least kAmxTokens tokens on the AVX-512
@@ -151,11 +152,11 @@ struct ActView {
   std::vector<float> d;
   std::vector<int32_t> e;
   std::vector<int32_t> s;   // formats with minimums: each half block's sum of codes
-  std::vector<float> sd;    // grouped, with minimums (Q4_K): each block's sum of codes times its d
+  std::vector<float> sd;    // grouped, with minimums: each block's sum of codes times its d
   std::vector<SplitGroup> split;   // up to split_tokens(f) tokens, grouped: the codes split into bytes
   Format split_format{};           // (the format whose offset and scales it holds)
   std::vector<uint16_t, LineAligned<uint16_t>> amx;   // many tokens on AMX (amx_products): AMX's form
-  std::vector<float, LineAligned<float>> amx_e, amx_m;   // (amx_m: Q4_K's sd, in amx_e's places)
+  std::vector<float, LineAligned<float>> amx_e, amx_m;   // (amx_m: sd, in amx_e's places)
   AmxExponents amx_k;
   Format amx_format{};             // (the format whose form it holds)
   ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K, Impl impl);

@@ -71,8 +71,8 @@ struct I16Acts {
   const uint16_t* amx = nullptr;       // many tokens also in AMX's form (ActView::amx, or null)
   const float* amx_e = nullptr;        // (the int8 formats')
   AmxExponents amx_k;                  // (MXFP4's)
-  const float* sd = nullptr;           // grouped Q4_K: each block's sum of codes times its d (ActView::sd)
-  const float* amx_m = nullptr;        // (Q4_K's sd in AMX's places)
+  const float* sd = nullptr;           // grouped, with minimums: each block's sum of codes times its d (ActView::sd)
+  const float* amx_m = nullptr;        // (sd in AMX's places)
 };
 
 // Calls fn(std::integral_constant<int, tt>) for a tile of 1..8 tokens, so

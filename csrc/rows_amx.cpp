@@ -1,4 +1,4 @@
-// The AVX-512 path's MXFP4, Q8_0, Q4_0 and Q5_0 products of many tokens (prefill's
+// The AVX-512 path's grouped formats' products of many tokens (prefill's
 // experts and attention projections) on Intel AMX's tiles (amx.h), with the
 // same bits as rows_grouped's.
 //
@@ -31,9 +31,11 @@
 // bytes each) against the tokens' lo bytes (unsigned: tdpbsud) and hi bytes
 // (signed: tdpbssd), two int32 sums; 256 times the second plus the first is
 // the block's exact sum, converted and added by rows_grouped's FMA (the
-// weight's fp16 scale times the token's 2^-k). Q4_0's and Q5_0's blocks take
-// the same products, their codes first decoded into int8 (a task's 16 rows
-// once, for all its tiles of tokens), as rows_grouped takes them.
+// weight's fp16 scale times the token's 2^-k). The other int8 formats'
+// blocks (Q4_0, Q4_1, Q5_0, Q5_1, and Q4_K's and Q5_K's chunks) take the
+// same products, their codes first decoded into int8 (a task's 16 rows once,
+// for all its tiles of tokens), and the minimums' terms of the formats with
+// them by a second FMA, as rows_grouped takes them.
 #include "rows_avx512.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include "amx.h"
@@ -122,8 +124,8 @@ AVX512 void decode_rows(const uint8_t* W, size_t rb, size_t rows, size_t nb, uin
     }
 }
 
-// Q4_0's, Q5_0's and Q4_K's rows [0, 16) as int8 codes, Q8_0's form
-// (codes8: the values rows_grouped multiplies; Q4_K's chunks the blocks),
+// The other int8 formats' rows [0, 16) as int8 codes, Q8_0's form
+// (codes8: the values rows_grouped multiplies; a K-quant's chunks the blocks),
 // block b's tile of 16 rows at out + 512 b, rows 32 bytes apart.
 template <Format F>
 AVX512 void decode_int8_rows(const uint8_t* W, size_t rb, size_t nb, uint8_t* out) {
@@ -134,24 +136,27 @@ AVX512 void decode_int8_rows(const uint8_t* W, size_t rb, size_t nb, uint8_t* ou
                          x86::codes8<F>(W + r * rb + block_bytes(F) * (b / chunks), int(b % chunks)));
 }
 
-// A task's 16 rows' scales (ws[r nb + b]: the block's, Q4_K's chunk's d sc)
-// and Q4_K's minimums (wm: -(dmin m)), the values rows_grouped takes.
+// A task's 16 rows' scales (ws[r nb + b]: the block's, a K-quant chunk's d
+// sc) and minimums (wm: Q4_1's and Q5_1's m, the K-quants' -(dmin m)), the
+// values rows_grouped takes.
 AVX512 void task_scales(Format f, const uint8_t* W, size_t rb, size_t nb, float* ws, float* wm) {
+  const size_t bb = block_bytes(f);
   for (size_t r = 0; r < kTile; ++r) {
     const uint8_t* row = W + r * rb;
-    if (f == Format::Q4_K) {
+    if (f == Format::Q4_K || f == Format::Q5_K) {
       for (size_t sb = 0; sb < nb / 8; ++sb) {
         uint32_t s[4];
-        x86::k4_fields(row + 144 * sb, s);
-        _mm256_storeu_ps(ws + r * nb + 8 * sb, x86::scaled_bytes(s, row + 144 * sb, x86::half_x86));
-        _mm256_storeu_ps(wm + r * nb + 8 * sb, x86::scaled_bytes(s + 2, row + 144 * sb + 2, x86::half_x86, -0.f));
+        x86::k4_fields(row + bb * sb, s);
+        _mm256_storeu_ps(ws + r * nb + 8 * sb, x86::scaled_bytes(s, row + bb * sb, x86::half_x86));
+        _mm256_storeu_ps(wm + r * nb + 8 * sb, x86::scaled_bytes(s + 2, row + bb * sb + 2, x86::half_x86, -0.f));
       }
       continue;
     }
     for (size_t b = 0; b < nb; ++b) {
-      uint16_t h;
-      std::memcpy(&h, row + block_bytes(f) * b, 2);   // (each block's fp16 scale first)
-      ws[r * nb + b] = x86::half_x86(h);
+      uint16_t h[2];
+      std::memcpy(h, row + bb * b, 4);   // (each block's fp16 scale first, then a minimum's)
+      ws[r * nb + b] = x86::half_x86(h[0]);
+      if (has_min(f)) wm[r * nb + b] = x86::half_x86(h[1]);
     }
   }
 }
@@ -240,7 +245,7 @@ inline void pass_block(const TaskRows& rows, const uint16_t* at, size_t b, size_
 // A task's 16 rows (the int8 formats': their scales as floats, ws[r nb +
 // b], Q4_K's minimums wm) against one tile of 16 tokens (at, et, mt: its
 // AMX form): sums[r][t], each row's sum over its blocks. (F: MXFP4, Q8_0 for
-// every int8 format without minimums, or Q4_K.)
+// every int8 format without minimums, Q4_K for those with them.)
 template <Format F>
 AVX512 void token_tile(const TaskRows& rows, const float* ws, const float* wm, const uint16_t* at, const float* et,
                        const float* mt, size_t nb, Ahead& ahead, float (&sums)[kTile][kTile]) {
@@ -270,7 +275,7 @@ AVX512 void token_tile(const TaskRows& rows, const float* ws, const float* wm, c
                                                _mm512_load_si512(x.lo[r]));
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(w, e), acc[r]);
         }
-        if constexpr (F == Format::Q4_K) {   // the minimums' terms: rows_grouped's second FMA
+        if constexpr (has_min(F)) {   // the minimums' terms: rows_grouped's second FMA
           const __m512 m = _mm512_load_ps(mt + kTile * slot(b, nbp));
           GD_EACH_ROW
           for (size_t r = 0; r < kTile; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wm[r * nb + b]), m, acc[r]);
@@ -365,7 +370,7 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
   if (f == Format::MXFP4) w_buf.resize(kTile * nbp * 32);
   else ws_buf.resize(kTile * nb);
   if (f != Format::MXFP4 && f != Format::Q8_0) w_buf.resize(kTile * nb * 16);   // (decoded int8: 512 bytes a block)
-  if (f == Format::Q4_K) wm_buf.resize(kTile * nb);
+  if (has_min(f)) wm_buf.resize(kTile * nb);
   uint16_t* w = w_buf.data();
   float *ws = ws_buf.data(), *wm = wm_buf.data();
   static const amx::TileConfig bf16 = amx::full_tiles(), int8 = int8_tiles();
@@ -385,9 +390,15 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
     } else {
       task_scales(f, W + n * rb, rb, nb, ws, wm);
       uint8_t* codes = reinterpret_cast<uint8_t*>(w);
-      if (f == Format::Q4_0) decode_int8_rows<Format::Q4_0>(W + n * rb, rb, nb, codes);
-      if (f == Format::Q5_0) decode_int8_rows<Format::Q5_0>(W + n * rb, rb, nb, codes);
-      if (f == Format::Q4_K) decode_int8_rows<Format::Q4_K>(W + n * rb, rb, nb, codes);
+      switch (f) {
+        case Format::Q4_0: decode_int8_rows<Format::Q4_0>(W + n * rb, rb, nb, codes); break;
+        case Format::Q4_1: decode_int8_rows<Format::Q4_1>(W + n * rb, rb, nb, codes); break;
+        case Format::Q5_0: decode_int8_rows<Format::Q5_0>(W + n * rb, rb, nb, codes); break;
+        case Format::Q5_1: decode_int8_rows<Format::Q5_1>(W + n * rb, rb, nb, codes); break;
+        case Format::Q4_K: decode_int8_rows<Format::Q4_K>(W + n * rb, rb, nb, codes); break;
+        case Format::Q5_K: decode_int8_rows<Format::Q5_K>(W + n * rb, rb, nb, codes); break;
+        default: break;   // (Q8_0: its codes in the matrix)
+      }
     }
     const bool decoded = f != Format::MXFP4 && f != Format::Q8_0;
     const TaskRows task = decoded ? TaskRows{w, reinterpret_cast<const uint8_t*>(w), 32, 512}
@@ -399,7 +410,7 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
       const float* et = a.amx_e ? a.amx_e + u * nbp * kTile : nullptr;   // (the int8 formats')
       const float* mt = a.amx_m ? a.amx_m + u * nbp * kTile : nullptr;   // (Q4_K's)
       if (f == Format::MXFP4) token_tile<Format::MXFP4>(task, ws, wm, at, et, mt, nb, ahead, sums);
-      else if (f == Format::Q4_K) token_tile<Format::Q4_K>(task, ws, wm, at, et, mt, nb, ahead, sums);
+      else if (has_min(f)) token_tile<Format::Q4_K>(task, ws, wm, at, et, mt, nb, ahead, sums);
       else token_tile<Format::Q8_0>(task, ws, wm, at, et, mt, nb, ahead, sums);
       for (size_t r = 0; r < rows; ++r)
         for (size_t t = 0; t < std::min(kTile, T - t0); ++t)

@@ -2,7 +2,7 @@
 // order of the float steps): eight blocks per vector by vpdpwssd
 // (rows_grouped), and at decode's few tokens vpdpbusd on the activations'
 // bytes (row_split).
-#include "rows_avx512_groups.h"
+#include "rows_avx512_nibbles.h"
 #if defined(__x86_64__) || defined(__i386__)
 
 namespace gd {
@@ -11,8 +11,8 @@ namespace {
 using namespace x86;
 
 // A tile's grouped activations from one group on (q: 256 int16 per token,
-// e, d: eight blocks' scales per token; sd, Q4_K's: eight blocks' sums
-// times their d per token, else null).
+// e, d: eight blocks' scales per token; sd, the formats with minimums':
+// eight blocks' sums times their d per token, else null).
 struct GroupActs {
   const int16_t* q;
   const int32_t* e;
@@ -24,9 +24,9 @@ struct GroupActs {
   }
 };
 
-// Q4_K's minimums' terms of a group for one token, after its products (sd:
-// the token's eight blocks' sums times their d): the chunk loop's m s d, one
-// FMA into the lanes of the products' FMA, in that order in every form.
+// A group's minimums' terms for one token, after its products (sd: the
+// token's eight blocks' sums times their d): m s d, one FMA into the lanes
+// of the products' FMA, in that order in every form.
 AVX512_INLINE __m512 add_min_terms(__m512 acc, __m512 mw, const float* sd) {
   const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   return _mm512_fmadd_ps(mw, _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(sd))), acc);
@@ -40,7 +40,7 @@ AVX512_INLINE __m512 add_min_terms(__m512 acc, __m512 mw, const float* sd) {
 // of sixteen on the stack, a load and a store per add). MXFP4 scales a
 // token's block sums by vscalefps (mxfp4_group); Q8_0 multiplies the
 // weights' fp16 scales by the activations' 2^-k and adds the sums times
-// that by one FMA (Q4_K then its minimums' terms by a second).
+// that by one FMA (the formats with minimums then their terms by a second).
 template <Format F, int R, int TT>
 AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const GroupActs& a, const Mxfp4Consts& c,
                               __m512 (&acc)[TT]) {
@@ -57,7 +57,7 @@ AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const Gr
   if constexpr (R == 2) {
     if constexpr (F == Format::MXFP4) ewp = interleave_rows(ew[0], ew[1]);
     else dwp = interleave_rows(dw[0], dw[1]);
-    if constexpr (F == Format::Q4_K) mwp = interleave_rows(mw[0], mw[1]);
+    if constexpr (has_min(F)) mwp = interleave_rows(mw[0], mw[1]);
   }
   const __m512i each2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   GD_EACH_TOKEN
@@ -72,7 +72,7 @@ AVX512 inline void group_rows(const uint8_t* const blks[R], int blocks, const Gr
     } else {
       const __m512 dt = _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(a.d + kGroup * t)));
       acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(dwp, dt), acc[t]);
-      if constexpr (F == Format::Q4_K) acc[t] = add_min_terms(acc[t], mwp, a.sd + kGroup * t);
+      if constexpr (has_min(F)) acc[t] = add_min_terms(acc[t], mwp, a.sd + kGroup * t);
     }
   }
 }
@@ -100,7 +100,7 @@ AVX512 inline void hsum_rows(__m512 v, float& even, float& odd) {
 template <Format F, int R, int TT>
 AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, GroupActs a, size_t tile,
                                 float out[2][kTokenTile]) {
-  constexpr size_t gb = kGroup * block_bytes(F) / (block_values(F) / kBlock);   // a group's bytes (Q4_K: one block)
+  constexpr size_t gb = kGroup * block_bytes(F) / (block_values(F) / kBlock);   // a group's bytes (a K-quant's: one block)
   const Mxfp4Consts c = mxfp4_consts();
   __m512 acc[TT];
   GD_EACH_TOKEN
@@ -141,7 +141,7 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
 template <Format F, int R, int TT>
 AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, const SplitGroup* a, const float* sd,
                              float out[2][kTokenTile]) {
-  constexpr size_t gb = kGroup * block_bytes(F) / (block_values(F) / kBlock);   // a group's bytes (Q4_K: one block)
+  constexpr size_t gb = kGroup * block_bytes(F) / (block_values(F) / kBlock);   // a group's bytes (a K-quant's: one block)
   const Mxfp4Consts c = mxfp4_consts();
   const __m512i table = _mm512_add_epi8(c.table, _mm512_set1_epi8(12));
   __m512 acc[TT];
@@ -192,8 +192,7 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
         for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
       } else {
         if constexpr (F != Format::Q8_0) {   // (unsigned codes: both sides)
-          if constexpr (F == Format::Q4_K) k4_codes(blk, w[r], dw[r], mw[r]);
-          else nibble_codes<F, false>(blk, blocks, w[r], dw[r]);
+          int8_codes<F, false>(blk, blocks, w[r], dw[r], mw[r]);
           for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
         } else {
           if (g + kGroup < n_chunks) q8_codes<true>(blk, blocks, w[r], dw[r]);
@@ -227,7 +226,7 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
       } else {
         const __m512 d0 = R == 2 ? interleave_rows(dw[0], dw[R - 1]) : dw[0];
         acc[t] = _mm512_fmadd_ps(x, _mm512_mul_ps(d0, _mm512_load_ps(at.d)), acc[t]);
-        if constexpr (F == Format::Q4_K)
+        if constexpr (has_min(F))
           acc[t] = add_min_terms(acc[t], R == 2 ? interleave_rows(mw[0], mw[R - 1]) : mw[0], sd + kGroup * t);
       }
     }
@@ -263,8 +262,8 @@ AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const 
       sum_hi = _mm512_add_epi32(sum_hi, _mm512_add_epi32(_mm512_madd_epi16(_mm512_srai_epi16(a, 8), ones),
                                                          _mm512_madd_epi16(_mm512_srai_epi16(b, 8), ones)));
     }
-    if (f == Format::MXFP4 || f == Format::Q4_0 || f == Format::Q5_0 || f == Format::Q4_K) {
-      const int offset = f == Format::MXFP4 ? 12 : f == Format::Q4_K ? 0 : nibble_offset(f);   // (Q4_K's codes: 0..15)
+    if (f != Format::Q8_0) {   // (the formats with minimums: their codes are their values, offset 0)
+      const int offset = f == Format::MXFP4 ? 12 : f == Format::Q4_0 || f == Format::Q5_0 ? nibble_offset(f) : 0;
       _mm512_store_si512(s.c, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-offset)));
     }
     if (f == Format::MXFP4) {
@@ -337,7 +336,10 @@ void rows_avx512_grouped_bw(Format f, const uint8_t* W, size_t n0, size_t n1, si
     case Format::MXFP4: return grouped_rows<Format::MXFP4>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::Q8_0: return grouped_rows<Format::Q8_0>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::Q4_0: return grouped_rows<Format::Q4_0>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::Q4_1: return grouped_rows<Format::Q4_1>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::Q5_1: return grouped_rows<Format::Q5_1>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::Q4_K: return grouped_rows<Format::Q4_K>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::Q5_K: return grouped_rows<Format::Q5_K>(W, n0, n1, K, a, T, Y, ldy, bias);
     default: return grouped_rows<Format::Q5_0>(W, n0, n1, K, a, T, Y, ldy, bias);   // (grouped_acts: no other)
   }
 }

@@ -39,6 +39,7 @@ SIMDE = Path("/usr/include/simde/x86/avx512.h")
 # The files whose intrinsics the emulated build maps to SIMDe's (the .cpp files
 # are compiled with that map; the header is included by rows_avx512_grouped.cpp).
 AVX512_FILES = ("rows_avx512.cpp", "rows_avx512_grouped.cpp", "rows_avx512_vbmi.cpp", "rows_avx512_groups.h",
+                "rows_avx512_nibbles.h",
                 "rows_avx512.h", "rows_avx512_float.cpp", "rows_amx.cpp", "attention_avx512.cpp")
 INSTALL = "apt-get install libsimde-dev"
 SHAPES = [(1, 32, 1), (5, 64, 3), (7, 96, 5), (6, 160, 2), (4, 224, 11), (9, 224, 17), (17, 256, 8), (9, 512, 9),
@@ -151,6 +152,9 @@ def padded(fmt: str, k: int) -> int:
 
 
 BLOCK_FORMATS = [f for f in FORMATS if f not in FLOATS]
+# The formats whose AVX-512 products take the grouped form (matmul.h's
+# grouped_acts): eight blocks a vector, decode's split form, AMX's tiles.
+GROUPED = ["mxfp4", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k"]
 
 
 def realistic(rng, fmt: str, n: int, k: int) -> np.ndarray:
@@ -303,11 +307,11 @@ def edge_cases(fmt: str, shapes, seed: int):
     return b"".join(product_case(FORMATS.index(fmt), w, x, bias, True) for _, w, x, bias in inputs), inputs
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0", "q4_0", "q5_0", "q4_k"])
+@pytest.mark.parametrize("fmt", GROUPED)
 def test_amx_tiles_give_the_bits_of_the_avx512_kernels(avx512_check, tmp_path, fmt):
-    """MXFP4's, Q8_0's, Q4_0's, Q5_0's and Q4_K's products of 16 tokens and
-    more on AMX's tiles (rows_amx.cpp; the last three decoded into int8
-    first; amx.h computes each tile instruction as Intel's
+    """The grouped formats' products of 16 tokens and more on AMX's tiles
+    (rows_amx.cpp; MXFP4's as bf16, the others' as int8, all but Q8_0's
+    decoded first; amx.h computes each tile instruction as Intel's
     pseudo-code does, on any CPU) equal, bit for bit, the AVX-512 kernels'
     (the driver again with GOOSEDUMP_AMX=0), and each token alone (decode's
     kernel) equals it in the batch. Realistic weights and activations, an
@@ -332,7 +336,7 @@ FORM_SHAPES = [(37, 2880, 1), (37, 2880, 2), (37, 2880, 3), (37, 2880, 4), (37, 
                (5, 32, 3), (16, 256, 40), (6, 96, 2), (33, 512, 9)]
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "q8_0", "q4_0", "q5_0", "q4_k"])
+@pytest.mark.parametrize("fmt", GROUPED)
 def test_the_form_without_vbmi_gives_the_bits_of_the_form_with_it(avx512_check, tmp_path, fmt):
     """Emulated (SIMDe computes both forms on any AVX2 CPU): the driver with
     GOOSEDUMP_AVX512_VBMI=0 gives, bit for bit, what it gives with VBMI, each
@@ -377,7 +381,7 @@ def test_the_forms_natively_where_the_cpu_has_avx512(tmp_path):
             _kernels.matmul("q8_0", np.zeros((1, 34), np.uint8), np.zeros((1, 32), np.float32),
                             np.zeros((1, 1), np.float32), impl="avx512")
         return
-    inputs = [case for fmt in ("mxfp4", "q8_0", "q4_0", "q5_0", "q4_k") for case in edge_cases(fmt, FORM_SHAPES, 24)[1]]
+    inputs = [case for fmt in GROUPED for case in edge_cases(fmt, FORM_SHAPES, 24)[1]]
     src = tmp_path / "in.npy"
     np.save(src, np.array(inputs, dtype=object), allow_pickle=True)
     got = {}
