@@ -43,7 +43,8 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
 }
 
 // Whether they are grouped instead: MXFP4, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q4_K and Q5_K on AVX-512, whose kernels take eight blocks per vector, four
+// IQ4_NL, Q4_K, Q5_K and IQ4_XS on AVX-512 (all but the K-quants whose
+// chunks have two scales: Q2_K, Q3_K, Q6_K), whose kernels take eight blocks per vector, four
 // activations of each (rows_avx512_grouped.cpp's rows_grouped; a K-quant's
 // super-block is one group, its eight 32-value chunks the blocks). Blocks in groups of eight (the row's
 // last group padded with zero blocks), each tile's groups one after
@@ -56,7 +57,8 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
 constexpr bool grouped_acts(Format f, Impl impl) {
   switch (f) {
     case Format::MXFP4: case Format::Q8_0: case Format::Q4_0: case Format::Q4_1: case Format::Q5_0:
-    case Format::Q5_1: case Format::Q4_K: case Format::Q5_K: return impl == Impl::Avx512;
+    case Format::Q5_1: case Format::Q4_K: case Format::Q5_K: case Format::IQ4_NL: case Format::IQ4_XS:
+      return impl == Impl::Avx512;
     default: return false;
   }
 }
@@ -82,7 +84,8 @@ struct alignas(64) SplitGroup {
   int8_t hi[4][64];    // its high byte (-128..127)
   int32_t c[16];       // the offset's share (MXFP4: -12 times the sum of lane l's
                        // sixteen codes, Q4_0 -8 times, Q5_0 -16 times, the formats
-                       // with minimums 0; Q8_0: -32768 times the sum of their high bytes)
+                       // with minimums 0; the signed ones, Q8_0, IQ4_NL, IQ4_XS:
+                       // -32768 times the sum of their high bytes)
   union {
     int32_t e[16];     // MXFP4: block l / 2's e (the grouped form's) + 8
     float d[16];       // the others: block l / 2's d

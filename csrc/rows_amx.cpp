@@ -32,10 +32,10 @@
 // (signed: tdpbssd), two int32 sums; 256 times the second plus the first is
 // the block's exact sum, converted and added by rows_grouped's FMA (the
 // weight's fp16 scale times the token's 2^-k). The other int8 formats'
-// blocks (Q4_0, Q4_1, Q5_0, Q5_1, and Q4_K's and Q5_K's chunks) take the
-// same products, their codes first decoded into int8 (a task's 16 rows once,
-// for all its tiles of tokens), and the minimums' terms of the formats with
-// them by a second FMA, as rows_grouped takes them.
+// blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, and Q4_K's, Q5_K's and IQ4_XS's
+// chunks) take the same products, their codes first decoded into int8 (a
+// task's 16 rows once, for all its tiles of tokens), and the minimums' terms
+// of the formats with them by a second FMA, as rows_grouped takes them.
 #include "rows_avx512.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include "amx.h"
@@ -149,6 +149,14 @@ AVX512 void task_scales(Format f, const uint8_t* W, size_t rb, size_t nb, float*
         x86::k4_fields(row + bb * sb, s);
         _mm256_storeu_ps(ws + r * nb + 8 * sb, x86::scaled_bytes(s, row + bb * sb, x86::half_x86));
         _mm256_storeu_ps(wm + r * nb + 8 * sb, x86::scaled_bytes(s + 2, row + bb * sb + 2, x86::half_x86, -0.f));
+      }
+      continue;
+    }
+    if (f == Format::IQ4_XS) {
+      for (size_t sb = 0; sb < nb / 8; ++sb) {
+        float d[8][2], m[8][2];
+        superblock_scales(f, row + bb * sb, d, m, x86::half_x86);
+        for (size_t j = 0; j < 8; ++j) ws[r * nb + 8 * sb + j] = d[j][0];
       }
       continue;
     }
@@ -397,6 +405,8 @@ AVX512 void rows_amx(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K,
         case Format::Q5_1: decode_int8_rows<Format::Q5_1>(W + n * rb, rb, nb, codes); break;
         case Format::Q4_K: decode_int8_rows<Format::Q4_K>(W + n * rb, rb, nb, codes); break;
         case Format::Q5_K: decode_int8_rows<Format::Q5_K>(W + n * rb, rb, nb, codes); break;
+        case Format::IQ4_NL: decode_int8_rows<Format::IQ4_NL>(W + n * rb, rb, nb, codes); break;
+        case Format::IQ4_XS: decode_int8_rows<Format::IQ4_XS>(W + n * rb, rb, nb, codes); break;
         default: break;   // (Q8_0: its codes in the matrix)
       }
     }

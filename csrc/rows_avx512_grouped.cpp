@@ -191,11 +191,12 @@ AVX512 inline void row_split(const uint8_t* const rows[R], size_t n_chunks, cons
           mxfp4_values(blk + gb, int(std::min(kGroup, n_chunks - g - kGroup)), c, table, nw[r], new_[r]);
         for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
       } else {
-        if constexpr (F != Format::Q8_0) {   // (unsigned codes: both sides)
+        if constexpr (!signed_codes(F)) {   // (unsigned codes: both sides)
           int8_codes<F, false>(blk, blocks, w[r], dw[r], mw[r]);
           for (int v = 0; v < 4; ++v) wu[r][v] = w[r][v];
         } else {
-          if (g + kGroup < n_chunks) q8_codes<true>(blk, blocks, w[r], dw[r]);
+          if constexpr (F != Format::Q8_0) int8_codes<F, true>(blk, blocks, w[r], dw[r], mw[r]);
+          else if (g + kGroup < n_chunks) q8_codes<true>(blk, blocks, w[r], dw[r]);
           else q8_codes<false>(blk, blocks, w[r], dw[r]);
           for (int v = 0; v < 4; ++v) wu[r][v] = _mm512_xor_si512(w[r][v], _mm512_set1_epi8(int8_t(0x80)));
         }
@@ -262,7 +263,7 @@ AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const 
       sum_hi = _mm512_add_epi32(sum_hi, _mm512_add_epi32(_mm512_madd_epi16(_mm512_srai_epi16(a, 8), ones),
                                                          _mm512_madd_epi16(_mm512_srai_epi16(b, 8), ones)));
     }
-    if (f != Format::Q8_0) {   // (the formats with minimums: their codes are their values, offset 0)
+    if (!signed_codes(f)) {   // (the formats with minimums: their codes are their values, offset 0)
       const int offset = f == Format::MXFP4 ? 12 : f == Format::Q4_0 || f == Format::Q5_0 ? nibble_offset(f) : 0;
       _mm512_store_si512(s.c, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-offset)));
     }
@@ -271,7 +272,7 @@ AVX512 void split_acts_avx512(Format f, const int16_t* q, const float* d, const 
       const __m512i ev = _mm512_permutexvar_epi32(each2, _mm512_castsi256_si512(e8));
       _mm512_store_si512(s.e, _mm512_add_epi32(ev, _mm512_set1_epi32(8)));
     } else {
-      if (f == Format::Q8_0) _mm512_store_si512(s.c, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), sum_hi), 15));
+      if (signed_codes(f)) _mm512_store_si512(s.c, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), sum_hi), 15));
       _mm512_store_ps(s.d, _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(_mm256_loadu_ps(d))));
     }
   }
@@ -340,6 +341,8 @@ void rows_avx512_grouped_bw(Format f, const uint8_t* W, size_t n0, size_t n1, si
     case Format::Q5_1: return grouped_rows<Format::Q5_1>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::Q4_K: return grouped_rows<Format::Q4_K>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::Q5_K: return grouped_rows<Format::Q5_K>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::IQ4_NL: return grouped_rows<Format::IQ4_NL>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::IQ4_XS: return grouped_rows<Format::IQ4_XS>(W, n0, n1, K, a, T, Y, ldy, bias);
     default: return grouped_rows<Format::Q5_0>(W, n0, n1, K, a, T, Y, ldy, bias);   // (grouped_acts: no other)
   }
 }

@@ -1,8 +1,8 @@
 // Internal to rows_avx512_grouped.cpp: the grouped form's pieces for the
 // formats whose codes fit a byte besides Q8_0's, decoded into q8_codes'
 // order (rows_avx512_groups.h): the legacy 4- and 5-bit blocks (Q4_0, Q4_1,
-// Q5_0, Q5_1) and the K-quants Q4_K and Q5_K, whose super-block is one
-// group, its eight 32-value chunks the blocks. From there they are Q8_0's
+// Q5_0, Q5_1, IQ4_NL) and the super-blocks of Q4_K, Q5_K and IQ4_XS, each
+// one group, its eight 32-value chunks the blocks. From there they are Q8_0's
 // codes: the same widening, sums, scales and split form, so the same bits in
 // every tile; formats with minimums (Q4_1, Q5_1, Q4_K, Q5_K) add them by a
 // second FMA (rows_avx512_grouped.cpp's add_min_terms). Against the chunk
@@ -20,18 +20,31 @@ using namespace x86;
 // The legacy blocks: an fp16 scale d, the minimum m (Q4_1, Q5_1: fp16, the
 // value d code + m), the 32 fifth bits (Q5_0, Q5_1), then 16 bytes of
 // nibbles, low ones codes 0..15 and high ones 16..31. Q4_0's and Q5_0's
-// values are d (code - offset).
+// values are d (code - offset); IQ4_NL's d times a table's entry
+// (kIq4nlValues, -127..113: signed codes, as Q8_0's).
 struct Legacy {
   int size, bits_at, codes_at, offset;
-  bool min;
+  bool min, table;
 };
 constexpr Legacy legacy(Format f) {
   switch (f) {
-    case Format::Q4_0: return {18, 0, 2, 8, false};
-    case Format::Q4_1: return {20, 0, 4, 0, true};
-    case Format::Q5_0: return {22, 2, 6, 16, false};
-    default: return {24, 4, 8, 0, true};   // Q5_1
+    case Format::Q4_0: return {18, 0, 2, 8, false, false};
+    case Format::Q4_1: return {20, 0, 4, 0, true, false};
+    case Format::Q5_0: return {22, 2, 6, 16, false, false};
+    case Format::IQ4_NL: return {18, 0, 2, 0, false, true};
+    default: return {24, 4, 8, 0, true, false};   // Q5_1
   }
+}
+
+// Whether a format's int8 codes are signed (Q8_0's, and IQ4_NL's and
+// IQ4_XS's table values): decode's split form flips their top bit as Q8_0's
+// (SplitGroup::c); the others' are unsigned there, their values less an
+// offset.
+constexpr bool signed_codes(Format f) { return f == Format::Q8_0 || f == Format::IQ4_NL || f == Format::IQ4_XS; }
+
+// The table's 16 values in each 128-bit lane, for vpshufb.
+AVX512_INLINE __m512i iq4_table() {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
 }
 constexpr int nibble_offset(Format f) { return legacy(f).offset; }
 
@@ -119,6 +132,8 @@ AVX512_INLINE void nibble_codes(const uint8_t* blk, int blocks, __m512i q[4], __
   }
   if constexpr (Values && b.offset != 0)
     for (int j = 0; j < 4; ++j) q[j] = _mm512_sub_epi8(q[j], _mm512_set1_epi8(int8_t(b.offset)));
+  if constexpr (b.table)
+    for (int j = 0; j < 4; ++j) q[j] = _mm512_shuffle_epi8(iq4_table(), q[j]);
   dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00, sc[0], sc[1])));
   if constexpr (b.min) mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00, mn[0], mn[1])));
 }
@@ -173,6 +188,49 @@ AVX512_INLINE void k4_codes(const uint8_t* blk, __m512i q[4], __m512& dw, __m512
   dw = _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(scaled_bytes(s, blk, half_x86)));
   mw = _mm512_permutexvar_ps(each2, _mm512_castps256_ps512(scaled_bytes(s + 2, blk + 2, half_x86, -0.f)));
 }
+// IQ4_XS's super-block (d, 16 bits of the scales' high bits, four bytes of
+// their low nibbles, then each chunk's 16 bytes of nibbles, low ones codes
+// 0..15, high ones 16..31): two loads, bytes 0..7 and 8..15 of chunk p into
+// qword p by one permute each, their nibbles looked up in the table; each
+// chunk's scale d (ls - 32) (superblock_scales' values) in its two lanes.
+struct XsPicks {
+  alignas(64) uint8_t low[64], high[64];
+  alignas(64) uint16_t low_words[32], high_words[32];
+};
+constexpr XsPicks xs_picks() {
+  XsPicks p{};
+  for (int c = 0; c < 8; ++c)
+    for (int j = 0; j < 8; ++j) p.low[8 * c + j] = uint8_t(16 * c + j), p.high[8 * c + j] = uint8_t(16 * c + 8 + j);
+  for (int i = 0; i < 32; ++i) p.low_words[i] = uint16_t(p.low[2 * i] / 2), p.high_words[i] = uint16_t(p.high[2 * i] / 2);
+  return p;
+}
+static constexpr XsPicks kXsPicks = xs_picks();
+
+AVX512_INLINE void xs_codes(const uint8_t* blk, __m512i q[4], __m512& dw) {
+  const __m512i a = _mm512_loadu_si512(blk + 8), b = _mm512_loadu_si512(blk + 72);
+  const __m512i lo = permute_bytes(a, GD_PICKS(kXsPicks, low, low_words), b);
+  const __m512i hi = permute_bytes(a, GD_PICKS(kXsPicks, high, high_words), b);
+  const __m512i nibble = _mm512_set1_epi8(0x0F), table = iq4_table();
+  q[0] = _mm512_shuffle_epi8(table, _mm512_and_si512(lo, nibble));
+  q[1] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(lo, 4), nibble));
+  q[2] = _mm512_shuffle_epi8(table, _mm512_and_si512(hi, nibble));
+  q[3] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(hi, 4), nibble));
+  // each chunk's 6-bit ls (a nibble from the four bytes at 4, two bits from
+  // the word at 2) into byte j of a word by shifts and masks, then d (ls -
+  // 32) as superblock_scales forms it (the scalar unpacking had cost a
+  // quarter of the one-token rate)
+  uint32_t low;
+  uint16_t high, h;
+  std::memcpy(&h, blk, 2), std::memcpy(&high, blk + 2, 2), std::memcpy(&low, blk + 4, 4);
+  uint64_t n = low, t = high;
+  n = (n | n << 16) & 0x0000FFFF0000FFFFULL, n = (n | n << 8) & 0x00FF00FF00FF00FFULL;
+  n = (n | n << 4) & 0x0F0F0F0F0F0F0F0FULL;
+  t = (t | t << 24) & 0x000000FF000000FFULL, t = (t | t << 12) & 0x000F000F000F000FULL;
+  t = (t | t << 6) & 0x0303030303030303ULL;
+  const __m256i ls = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(n | t << 4)));
+  const __m256 sc = _mm256_mul_ps(_mm256_set1_ps(half_x86(h)), _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+  dw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), _mm512_castps256_ps512(sc));
+}
 #undef GD_PICKS
 
 // A group's int8 codes (q8_codes' order): Q8_0's signed, the others'
@@ -181,6 +239,7 @@ AVX512_INLINE void k4_codes(const uint8_t* blk, __m512i q[4], __m512& dw, __m512
 template <Format F, bool Values>
 AVX512_INLINE void int8_codes(const uint8_t* blk, int blocks, __m512i q[4], __m512& dw, __m512& mw) {
   if constexpr (F == Format::Q4_K || F == Format::Q5_K) k4_codes<F>(blk, q, dw, mw);   // (whole groups: 256-value blocks)
+  else if constexpr (F == Format::IQ4_XS) xs_codes(blk, q, dw);
   else nibble_codes<F, Values>(blk, blocks, q, dw, mw);
 }
 

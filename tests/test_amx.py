@@ -1,7 +1,7 @@
 """AMX's tiles in the extension as built, on this CPU: offered exactly where
 the CPU has them (AMX-TILE and AMX-BF16 beside the AVX-512 path), and where
 it has them, the grouped formats' products of 16 tokens and more (MXFP4,
-Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K: prefill's experts and attention
+Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, IQ4_XS: prefill's experts and attention
 projections) on the tiles give the bits the AVX-512 kernels give without
 them (GOOSEDUMP_AMX=0, in a second process: the choice is made once per
 process), MXFP4's at the edges of the range where its scales ride in the
@@ -31,9 +31,9 @@ from goosedump import _kernels, randblocks
 from goosedump.gguf import GGMLType
 rng = np.random.default_rng(3)
 out = {}
-for fmt, n, k, t in [(f, *shape) for f in ("mxfp4", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k")
+for fmt, n, k, t in [(f, *shape) for f in ("mxfp4", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "iq4_xs")
                      for shape in [(16, 2880, 16), (37, 2880, 21), (5, 96, 40), (48, 2880, 64), (33, 512, 130)]]:
-    per = 256 if fmt.endswith("_k") else 32   # (values a block: the K-quants' rows whole super-blocks)
+    per = 256 if fmt.endswith(("_k", "_xs")) else 32   # (values a block: super-blocks whole)
     k = -(-k // per) * per
     w = np.ascontiguousarray(randblocks.blocks(GGMLType[fmt.upper()], rng, n * k // per, 0.02).reshape(n, -1))
     x = rng.standard_normal((t, k)).astype(np.float32)
