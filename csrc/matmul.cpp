@@ -78,7 +78,7 @@ ActView::ActView(Acts a, Format f, const float* x, size_t ld, size_t T, size_t K
 }
 
 bool amx_products(Format f, Impl impl, size_t T) {
-  return grouped_acts(f, impl) && impl == Impl::Avx512 && T >= kAmxTokens && cpu_has_amx();
+  return grouped_acts(f, impl) && byte_codes(f) && T >= kAmxTokens && cpu_has_amx();
 }
 
 void matmul_rows(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const ActView& a, size_t T,

@@ -43,8 +43,8 @@ constexpr bool even_odd_acts(Format f, Impl impl) {
 }
 
 // Whether they are grouped instead: MXFP4, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-// IQ4_NL, Q4_K, Q5_K and IQ4_XS on AVX-512 (all but the K-quants whose
-// chunks have two scales: Q2_K, Q3_K, Q6_K), whose kernels take eight blocks per vector, four
+// IQ4_NL, Q4_K, Q5_K, IQ4_XS and Q6_K on AVX-512 (not Q2_K and Q3_K, whose
+// chunks have two scales, and Q2_K's two minimums, that the lanes mix), whose kernels take eight blocks per vector, four
 // activations of each (rows_avx512_grouped.cpp's rows_grouped; a K-quant's
 // super-block is one group, its eight 32-value chunks the blocks). Blocks in groups of eight (the row's
 // last group padded with zero blocks), each tile's groups one after
@@ -58,7 +58,7 @@ constexpr bool grouped_acts(Format f, Impl impl) {
   switch (f) {
     case Format::MXFP4: case Format::Q8_0: case Format::Q4_0: case Format::Q4_1: case Format::Q5_0:
     case Format::Q5_1: case Format::Q4_K: case Format::Q5_K: case Format::IQ4_NL: case Format::IQ4_XS:
-      return impl == Impl::Avx512;
+    case Format::Q6_K: return impl == Impl::Avx512;
     default: return false;
   }
 }
@@ -70,6 +70,10 @@ constexpr size_t kGroup = 8;
 // activations 0..3, 8..11, 16..19, 24..27 in the first).
 constexpr size_t grouped_slot(size_t v, size_t i) { return 2 * i + (v & 1) + 16 * ((v >> 1) & 1) + 8 * (v >> 2); }
 inline size_t grouped_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
+// Whether a grouped format's products take bytes (its codes, unscaled): all
+// but Q6_K's, which go in as int16 (codes times their 16 values' scale);
+// only they take the split form and AMX's int8 tiles.
+constexpr bool byte_codes(Format f) { return grouped_acts(f, Impl::Avx512) && f != Format::Q6_K; }
 
 // The grouped activations of a few tokens (decode's: split_tokens) split into
 // bytes, for the grouped formats' products by vpdpbusd (rows_avx512_grouped.cpp's
@@ -95,7 +99,7 @@ struct alignas(64) SplitGroup {
 // 3 tokens measured 0.91-0.95x of the grouped form, Q4_0 and Q5_0 1.24-1.41x,
 // Intel Xeon with AMX; from 4 on, row pairs).
 constexpr size_t split_tokens(Format f) {
-  return !grouped_acts(f, Impl::Avx512) ? 0 : f == Format::Q8_0 ? 2 : 3;
+  return !byte_codes(f) ? 0 : f == Format::Q8_0 ? 2 : 3;
 }
 
 // The grouped formats' products of at least kAmxTokens tokens on the AVX-512

@@ -308,7 +308,7 @@ __attribute__((noinline)) AVX512 void grouped_rows(const uint8_t* W, size_t n0, 
       with_tile(tt, [&](auto TT) {
         constexpr int tt_ = decltype(TT)::value;
         if (a.split) {
-          if constexpr (tt_ <= kSplitTokens) {
+          if constexpr (tt_ <= kSplitTokens && byte_codes(F)) {
             if (R == 1) row_split<F, 1, tt_>(rows, nc, a.split, a.sd, out);
             else if constexpr (F == Format::MXFP4) row_split<F, 2, tt_>(rows, nc, a.split, a.sd, out);
           }
@@ -343,6 +343,7 @@ void rows_avx512_grouped_bw(Format f, const uint8_t* W, size_t n0, size_t n1, si
     case Format::Q5_K: return grouped_rows<Format::Q5_K>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::IQ4_NL: return grouped_rows<Format::IQ4_NL>(W, n0, n1, K, a, T, Y, ldy, bias);
     case Format::IQ4_XS: return grouped_rows<Format::IQ4_XS>(W, n0, n1, K, a, T, Y, ldy, bias);
+    case Format::Q6_K: return grouped_rows<Format::Q6_K>(W, n0, n1, K, a, T, Y, ldy, bias);
     default: return grouped_rows<Format::Q5_0>(W, n0, n1, K, a, T, Y, ldy, bias);   // (grouped_acts: no other)
   }
 }

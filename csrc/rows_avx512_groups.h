@@ -272,7 +272,7 @@ AVX512_INLINE __m512i swap_pairs(__m512i a) { return _mm512_castps_si512(swap_pa
 // 2^24); Q8_0's (and Q4_0's, Q5_0's) as int32 (|sum| < 2^27), then converted.
 template <Format F, int R>
 AVX512_INLINE __m512 block_sums(const __m512i (&s)[R]) {
-  if constexpr (F == Format::MXFP4) {
+  if constexpr (F == Format::MXFP4 || F == Format::Q6_K) {   // (Q6_K's lanes: below 2^31, rounded to floats)
     const __m512 a = _mm512_cvtepi32_ps(s[0]);
     if constexpr (R == 1) return _mm512_add_ps(a, swap_pairs(a));
     const __m512 b = _mm512_cvtepi32_ps(s[1]);

@@ -231,6 +231,64 @@ AVX512_INLINE void xs_codes(const uint8_t* blk, __m512i q[4], __m512& dw) {
   const __m256 sc = _mm256_mul_ps(_mm256_set1_ps(half_x86(h)), _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
   dw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), _mm512_castps256_ps512(sc));
 }
+// Q6_K's super-block as one group (its chunks the blocks), whose codes
+// (-32..31) come with a scale per 16 values (int8), which the grouped lanes
+// mix (a lane holds codes 0..3, 8..11, 16..19, 24..27 of its block): the
+// codes times their scale go in as the int16 values (|q sc| <= 4096, so a
+// lane's sixteen products stay below 2^31: 16 x 4096 x 32767), the
+// super-block's d as every block's scale; so it takes the grouped loop
+// alone (no split form, no tiles) and its lanes are added as floats
+// (block_sums). Each of q8_codes' four vectors: the low nibbles by a
+// permute of the 128 bytes of them (chunk c's eight from byte 64 (c / 4) +
+// 32 (c % 2), the high nibble for c % 4 >= 2), the two high bits by a
+// permute of the 64 bytes of them (byte 32 (c / 4), bits 2 (c % 4)), each
+// qword shifted by its own count, masked, joined and less 32; widened as
+// Q8_0's codes, each run times its chunks' scale (the first 16 codes' or
+// the last's) by vpmullw.
+struct Q6Picks {
+  alignas(64) uint8_t low[4][64], high[4][64];
+  alignas(64) uint16_t low_words[4][32], high_words[4][32], lo_scale[32], hi_scale[32];
+  alignas(64) int64_t low_shift[8], high_shift[8];
+};
+constexpr Q6Picks q6_picks() {
+  Q6Picks p{};
+  for (int v = 0; v < 4; ++v)
+    for (int c = 0; c < 8; ++c)
+      for (int j = 0; j < 8; ++j) {
+        p.low[v][8 * c + j] = uint8_t(64 * (c / 4) + 32 * (c % 2) + kFirstCode[v] + j);
+        p.high[v][8 * c + j] = uint8_t(32 * (c / 4) + kFirstCode[v] + j);
+      }
+  for (int v = 0; v < 4; ++v)
+    for (int i = 0; i < 32; ++i)
+      p.low_words[v][i] = uint16_t(p.low[v][2 * i] / 2), p.high_words[v][i] = uint16_t(p.high[v][2 * i] / 2);
+  for (int i = 0; i < 32; ++i) p.lo_scale[i] = uint16_t(2 * (i / 4)), p.hi_scale[i] = uint16_t(2 * (i / 4) + 1);
+  for (int c = 0; c < 8; ++c) p.low_shift[c] = c % 4 >= 2 ? 4 : 0, p.high_shift[c] = 2 * (c % 4);
+  return p;
+}
+static constexpr Q6Picks kQ6Picks = q6_picks();
+
+AVX512_INLINE void q6k_group(const uint8_t* blk, __m512i w[8], __m512& dw) {
+  const Q6Picks& k = kQ6Picks;
+  const __m512i l0 = _mm512_loadu_si512(blk), l1 = _mm512_loadu_si512(blk + 64), h = _mm512_loadu_si512(blk + 128);
+  const __m512i nibble = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(3);
+  const __m512i low_shift = _mm512_load_si512(k.low_shift), high_shift = _mm512_load_si512(k.high_shift);
+  // the chunks' scales as words: qword p chunk p's first-half (lo) or second-half (hi) scale
+  const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192))));
+  const __m512i lo = _mm512_permutexvar_epi16(_mm512_load_si512(k.lo_scale), sc);
+  const __m512i hi = _mm512_permutexvar_epi16(_mm512_load_si512(k.hi_scale), sc);
+  for (int v = 0; v < 4; ++v) {
+    const __m512i n = _mm512_and_si512(_mm512_srlv_epi64(permute_bytes(l0, GD_PICKS(k, low[v], low_words[v]), l1), low_shift), nibble);
+    const __m512i t = _mm512_and_si512(_mm512_srlv_epi64(permute_bytes(h, GD_PICKS(k, high[v], high_words[v]), h), high_shift), two);
+    const __m512i q = _mm512_sub_epi8(_mm512_or_si512(n, _mm512_slli_epi16(t, 4)), _mm512_set1_epi8(32));
+    const __m512i s = v % 2 == 0 ? lo : hi;   // (vectors 0 and 2: codes 0..15; 1 and 3: 16..31)
+    w[2 * v] = _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(q, 8), 8), s);
+    w[2 * v + 1] = _mm512_mullo_epi16(_mm512_srai_epi16(q, 8), s);
+  }
+  uint16_t d;
+  std::memcpy(&d, blk + 208, 2);
+  dw = _mm512_set1_ps(half_x86(d));
+}
+
 #undef GD_PICKS
 
 // A group's int8 codes (q8_codes' order): Q8_0's signed, the others'
@@ -248,12 +306,16 @@ AVX512_INLINE void int8_codes(const uint8_t* blk, int blocks, __m512i q[4], __m5
 // mw: the minimums of the formats with them.
 template <Format F>
 AVX512_INLINE void int8_group(const uint8_t* blk, int blocks, __m512i w[8], __m512& dw, __m512& mw) {
-  __m512i q[4];
-  if constexpr (F == Format::Q8_0) q8_codes<false>(blk, blocks, q, dw);   // (the loop over tokens: a branch to q8_codes<true> there, 0.77-0.85x)
-  else int8_codes<F, true>(blk, blocks, q, dw, mw);
-  for (int j = 0; j < 4; ++j) {
-    w[2 * j] = _mm512_srai_epi16(_mm512_slli_epi16(q[j], 8), 8);
-    w[2 * j + 1] = _mm512_srai_epi16(q[j], 8);
+  if constexpr (F == Format::Q6_K) {
+    q6k_group(blk, w, dw);
+  } else {
+    __m512i q[4];
+    if constexpr (F == Format::Q8_0) q8_codes<false>(blk, blocks, q, dw);   // (the loop over tokens: a branch to q8_codes<true> there, 0.77-0.85x)
+    else int8_codes<F, true>(blk, blocks, q, dw, mw);
+    for (int j = 0; j < 4; ++j) {
+      w[2 * j] = _mm512_srai_epi16(_mm512_slli_epi16(q[j], 8), 8);
+      w[2 * j + 1] = _mm512_srai_epi16(q[j], 8);
+    }
   }
 }
 

@@ -153,8 +153,9 @@ def padded(fmt: str, k: int) -> int:
 
 BLOCK_FORMATS = [f for f in FORMATS if f not in FLOATS]
 # The formats whose AVX-512 products take the grouped form (matmul.h's
-# grouped_acts): eight blocks a vector, decode's split form, AMX's tiles.
-GROUPED = ["mxfp4", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "iq4_xs"]
+# grouped_acts): eight blocks a vector; all but Q6_K also decode's split
+# form and AMX's tiles (for Q6_K the tiles' test checks it keeps off them).
+GROUPED = ["mxfp4", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "iq4_xs", "q6_k"]
 
 
 def realistic(rng, fmt: str, n: int, k: int) -> np.ndarray:

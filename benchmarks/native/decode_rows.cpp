@@ -51,7 +51,7 @@ float direct(const uint8_t* W, size_t rows, const SplitGroup* a) {
   float out[2][kTokenTile], sum = 0.f;
   for (size_t n = 0; n < rows; n += R) {
     const uint8_t* pair[2] = {W + n * rb, W + (n + R - 1) * rb};
-    row_split<F, R, 1>(pair, kK / 32, a, out);
+    row_split<F, R, 1>(pair, kK / 32, a, nullptr, out);
     sum += out[0][0];
   }
   return sum;
