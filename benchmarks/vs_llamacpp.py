@@ -250,8 +250,9 @@ def main() -> int:
           f"on one thread, measured: {args.threads * peak / 1e9:.1f} G/s on {args.threads} -> prefill bound "
           f"{args.threads * peak / macs:.1f} tok/s")
     if amx_peak:
-        print(f"its products of 16 tokens and more (MXFP4, Q8_0) run on AMX's tiles: {amx_instruction}, peak at "
-              f"{amx_peak / 1e9:.1f} G/s on one thread, {args.threads * amx_peak / 1e9:.1f} G/s on {args.threads}")
+        print(f"its products of 16 tokens and more (every block format but Q2_K, Q3_K, Q6_K) run on AMX's tiles: "
+              f"{amx_instruction}, peak at {amx_peak / 1e9:.1f} G/s on one thread, "
+              f"{args.threads * amx_peak / 1e9:.1f} G/s on {args.threads}")
     print(f"{'engine':10s} {'prefill tok/s':>18s} {'decode tok/s':>18s} {'peak RSS MiB':>13s} {'of bound':>9s} "
           f"{'prefill GMAC/s':>15s} {'of int16 peak':>14s}")
     summary = {}
