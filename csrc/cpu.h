@@ -11,7 +11,7 @@ bool cpu_has_avx2();
 // AVX2 (Intel Cascade Lake and later, AMD Zen 4 and later; Skylake-SP lacks
 // VNNI, and runs AVX2).
 bool cpu_has_avx512();
-// True when the AVX-512 path's MXFP4, Q8_0, Q4_0 and Q5_0 kernels take their form with
+// True when the AVX-512 path's grouped kernels (matmul.h's grouped_acts) take their form with
 // VBMI's byte permutes (Ice Lake and later, Zen 4 and later; Cascade Lake
 // and Cooper Lake lack VBMI and take the form by qword and word permutes,
 // the same bits). GOOSEDUMP_AVX512_VBMI=0 takes the form without VBMI anywhere.

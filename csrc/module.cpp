@@ -159,7 +159,7 @@ NB_MODULE(_kernels, m) {
   m.def("cpu_has_avx2", &gd::cpu_has_avx2, "True when the CPU supports AVX2, FMA and F16C.");
   m.def("cpu_has_avx512", &gd::cpu_has_avx512, "True when the CPU supports AVX-512 F, BW, VL and VNNI besides AVX2.");
   m.def("cpu_has_vbmi", &gd::cpu_has_vbmi,
-        "True where the AVX-512 path's MXFP4, Q8_0, Q4_0 and Q5_0 kernels take their form with VBMI's byte permutes (Ice Lake, "
+        "True where the AVX-512 path's grouped kernels (MXFP4, Q8_0, the 4- and 5-bit formats, Q6_K) take their form with VBMI's byte permutes (Ice Lake, "
         "Zen 4 and later); else (Cascade Lake, Cooper Lake, or GOOSEDUMP_AVX512_VBMI=0) the form by qword and word permutes, "
         "the same bits.");
   m.def("cpu_has_neon", &gd::cpu_has_neon, "True on AArch64 (Advanced SIMD).");

@@ -169,7 +169,7 @@ AVX512 void task_scales(Format f, const uint8_t* W, size_t rb, size_t nb, float*
   }
 }
 
-// The tiles of int8 products (Q8_0, Q4_0, Q5_0): tiles 0, 1 and 4, 5 a block's two
+// The tiles of int8 products (every grouped format but MXFP4): tiles 0, 1 and 4, 5 a block's two
 // sums (lo, hi) in the two sets, 2 and 6 its rows (16 rows of 32 bytes), 3
 // and 7 the tokens' lo and hi bytes (8 rows of 64: four bytes of each of 16
 // tokens).

@@ -1,12 +1,12 @@
 // The int16 row products in AVX-512 (F, BW, VL, VNNI, VBMI: Ice Lake and
 // later Xeons, AMD Zen 4 and 5): a chunk's 32 weight codes are one register
 // of 32 int16, its 32 activations another, and one vpmaddwd makes the
-// chunk's 16 exact pair sums; MXFP4, Q8_0, Q4_0 and Q5_0 take eight blocks per
-// register and vpdpwssd, and at decode's few tokens vpdpbusd on the
-// activations' bytes (rows_avx512_grouped.cpp: rows_grouped and row_split;
-// their pieces in rows_avx512_groups.h). The plain-float rows (fp32
-// activations) are AVX2's (rows_avx2.cpp): they are not this path's hot
-// kernels. See rows.h for the contract.
+// chunk's 16 exact pair sums (Q2_K, Q3_K); the grouped formats (the others)
+// take eight blocks per register and vpdpwssd, and at decode's few tokens
+// vpdpbusd on the activations' bytes (rows_avx512_grouped.cpp: rows_grouped
+// and row_split; their pieces in rows_avx512_groups.h and
+// rows_avx512_nibbles.h). The plain-float rows (fp32 activations) are
+// rows_avx512_float.cpp's. See rows.h for the contract.
 //
 // Order of the float steps: per token, 16 lanes; lane l of a chunk is the
 // exact int32 sum of products 2l and 2l + 1 of the chunk's I16 form, scaled
@@ -14,7 +14,7 @@
 // 8..15 by the second) and added into lane l of one of the token's two
 // accumulators, even chunks into the first, odd ones into the second; at
 // the row's end the two are added, their 16 lanes summed by one fixed
-// reduction and the minimums' terms added (MXFP4, Q8_0, Q4_0, Q5_0: each block's
+// reduction and the minimums' terms added (the grouped formats: each block's
 // whole sum, converted, scaled and added into one lane of an accumulator
 // per token that holds two rows, see block_sums and group_rows). A token's
 // sums are formed the same way alone or in a tile (batch invariance), within
@@ -29,7 +29,7 @@ namespace {
 using namespace x86;
 
 // A chunk's 32 weight codes as 32 int16, in the order of the block's I16
-// activations (MXFP4, Q8_0, Q4_0 and Q5_0 run rows_grouped).
+// activations (the grouped formats run rows_grouped).
 template <Format F>
 AVX512 inline __m512i codes16(const uint8_t* blk, int sub) {
   static_assert(F != Format::MXFP4, "MXFP4 runs rows_grouped");
@@ -193,7 +193,7 @@ void rows_avx512_grouped(Format f, const uint8_t* W, size_t n0, size_t n1, size_
 void rows_avx512_i16(Format f, const uint8_t* W, size_t n0, size_t n1, size_t K, const I16Acts& a, size_t T,
                      float* Y, size_t ldy, const float* bias) {
   if (a.amx != nullptr) return rows_amx(f, W, n0, n1, K, a, T, Y, ldy, bias);   // (rows_amx.cpp)
-  if (grouped_acts(f, Impl::Avx512))   // MXFP4, Q8_0, Q4_0, Q5_0 (rows_avx512_grouped.cpp)
+  if (grouped_acts(f, Impl::Avx512))   // (rows_avx512_grouped.cpp)
     return rows_avx512_grouped(f, W, n0, n1, K, a, T, Y, ldy, bias);
   rows_i16_by_tiles(f, W, n0, n1, K, a, T, Y, ldy, bias, [](auto F, auto TT, auto... args) {
     if constexpr (!grouped_acts(decltype(F)::value, Impl::Avx512)) row_tile_i16<decltype(F)::value, decltype(TT)::value>(args...);

@@ -1,5 +1,5 @@
-// AVX-512's MXFP4, Q8_0, Q4_0 and Q5_0 rows (see rows_avx512.cpp for the path and its
-// order of the float steps): eight blocks per vector by vpdpwssd
+// AVX-512's grouped rows (matmul.h's grouped_acts; see rows_avx512.cpp for
+// the path and its order of the float steps): eight blocks per vector by vpdpwssd
 // (rows_grouped), and at decode's few tokens vpdpbusd on the activations'
 // bytes (row_split).
 #include "rows_avx512_nibbles.h"
@@ -119,16 +119,18 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
   }
 }
 
-// MXFP4, Q8_0, Q4_0 and Q5_0 at up to 3 tokens by vpdpbusd, from the activations'
-// split form (SplitGroup), against the codes' low bytes (unsigned) and their
-// high bytes (signed); 256 times the second sum plus the first is the exact
-// sum of the same sixteen products as group_sums' lane, so a row's sums are
-// the same bits as rows_grouped<F, 1, TT>'s. vpdpbusd takes one side
-// unsigned: MXFP4's values plus 12 (0..24, as valid an unsigned byte as a
-// signed one) against both, less 12 times the lane's codes; Q8_0's codes
-// (and Q4_0's and Q5_0's, int8 as Q8_0's) as they are against the low bytes and plus 128 (each byte's top bit
-// flipped) against the high ones, less 128 times the high bytes' sum. Each
-// sum starts from its offset's share. MXFP4's lanes hold the products once,
+// The byte-coded formats (byte_codes) at up to 3 tokens by vpdpbusd, from
+// the activations' split form (SplitGroup), against the codes' low bytes
+// (unsigned) and their high bytes (signed); 256 times the second sum plus
+// the first is the exact sum of the same sixteen products as group_sums'
+// lane, so a row's sums are the same bits as rows_grouped<F, 1, TT>'s.
+// vpdpbusd takes one side unsigned: MXFP4's values plus 12 (0..24, as valid
+// an unsigned byte as a signed one) against both, less 12 times the lane's
+// codes; the other unsigned codes (rows_avx512_nibbles.h) likewise, less
+// their offset times the lane's codes; the signed ones (Q8_0's, IQ4's table
+// values) as they are against the low bytes and plus 128 (each byte's top
+// bit flipped) against the high ones, less 128 times the high bytes' sum.
+// Each sum starts from its offset's share. MXFP4's lanes hold the products once,
 // not 256 times (SplitGroup::e adds the 8 to the exponent). A fifth fewer
 // vector operations a group than rows_grouped: no shifts and masks making
 // int16 of the values, no spreading of the activations' scales (one token
