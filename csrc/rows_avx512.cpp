@@ -32,12 +32,8 @@ using namespace x86;
 // activations (the grouped formats run rows_grouped).
 template <Format F>
 AVX512 inline __m512i codes16(const uint8_t* blk, int sub) {
-  static_assert(F != Format::MXFP4, "MXFP4 runs rows_grouped");
-  if constexpr (F == Format::Q8_0) {
-    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
-  } else {
-    return _mm512_cvtepi8_epi16(codes8<F>(blk, sub));
-  }
+  static_assert(!grouped_acts(F, Impl::Avx512), "the grouped formats run rows_grouped");
+  return _mm512_cvtepi8_epi16(codes8<F>(blk, sub));
 }
 
 // One chunk against TT tokens, into their accumulators (acc: 16 lanes each;
@@ -71,8 +67,8 @@ AVX512 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], cons
   if constexpr (Mins) add_tile_min_terms<TT>(m, a, accm);
 }
 
-// chunk_i16 at one token with the chunk's scales sc (one_token_scales or
-// eight_block_scales: the same products), without the minimums' terms: the
+// chunk_i16 at one token with the chunk's scales sc (one_token_scales: the
+// same products), without the minimums' terms: the
 // same operations.
 template <Format F>
 AVX512 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], const int16_t* q, __m512& acc) {
@@ -86,19 +82,6 @@ AVX512 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], co
 }
 
 AVX512 inline float half_avx512(uint16_t h) { return _cvtsh_ss(h); }
-
-// The scales of one 32-value block (the MXFP4 kernel takes its own from a table).
-template <Format F>
-AVX512 inline void block_scales(const uint8_t* blk, float d[2], float m[2]) {
-  d[0] = d[1] = m[0] = m[1] = 0.f;
-  if constexpr (F == Format::Q8_0) {
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    d[0] = _cvtsh_ss(h);
-  } else {
-    chunk_scales(F, blk, 0, d, m, half_avx512);
-  }
-}
 
 // The 16 lanes' sum, in a fixed order (halves, then quarters, ...).
 AVX512 inline float hsum16(__m512 v) {
@@ -122,60 +105,24 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps(), accm[0][t] = accm[1][t] = 0.f;
   auto at = [&](size_t c) { return acts_from(a, c * TT); };   // chunk c's activations (act_block)
-  if constexpr (block_values(F) == 256) {
-    float d[8][2], m[8][2];
-    // one token of Q4_K or Q5_K: the minimums' terms in a pass of their own
-    // (as on AVX2: the same terms in the same order)
-    constexpr bool mins_apart = (F == Format::Q4_K || F == Format::Q5_K) && TT == 1;
-    for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
-      const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
-      if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
-      superblock_scales_avx2<F>(blk, d, m, half_avx512);   // (the same values as superblock_scales)
-      if constexpr (TT == 1 && (!has_min(F) || mins_apart)) {
-        // one token: the eight chunks' scales by two vector multiplies (the
-        // same products chunk_i16 forms one at a time)
-        alignas(32) float sc[8][2];
-        one_token_scales(d, a.d + c0, sc);
-        for (int sub = 0; sub < 8; ++sub) chunk1_i16<F>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[sub & 1][0]);
-      } else {
-        for (int sub = 0; sub < 8; sub += 2) {
-          chunk_i16<F, TT, has_min(F) && !mins_apart>(blk, sub, d[sub], m[sub], at(c0 + sub), acc[0], accm[0]);
-          chunk_i16<F, TT, has_min(F) && !mins_apart>(blk, sub + 1, d[sub + 1], m[sub + 1], at(c0 + sub + 1), acc[1],
-                                                      accm[1]);
-        }
+  // (every format here has super-blocks: the 32-value ones are grouped)
+  static_assert(block_values(F) == 256 && !grouped_acts(F, Impl::Avx512));
+  float d[8][2], m[8][2];
+  for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
+    const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
+    if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
+    superblock_scales_avx2<F>(blk, d, m, half_avx512);   // (the same values as superblock_scales)
+    if constexpr (TT == 1 && !has_min(F)) {
+      // one token: the eight chunks' scales by two vector multiplies (the
+      // same products chunk_i16 forms one at a time)
+      alignas(32) float sc[8][2];
+      one_token_scales(d, a.d + c0, sc);
+      for (int sub = 0; sub < 8; ++sub) chunk1_i16<F>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[sub & 1][0]);
+    } else {
+      for (int sub = 0; sub < 8; sub += 2) {
+        chunk_i16<F, TT>(blk, sub, d[sub], m[sub], at(c0 + sub), acc[0], accm[0]);
+        chunk_i16<F, TT>(blk, sub + 1, d[sub + 1], m[sub + 1], at(c0 + sub + 1), acc[1], accm[1]);
       }
-    }
-    if constexpr (mins_apart) {
-      float sums[2] = {0.f, 0.f};
-      mins_pass<F, 2>(row, n_chunks, a, sums);
-      accm[0][0] = sums[0], accm[1][0] = sums[1];
-    }
-  } else {
-    float d[2], m[2];
-    size_t c = 0;
-    if constexpr (TT == 1 && F == Format::IQ4_NL) {
-      // one token, eight chunks at a time: their scales d * a.d by one vector
-      // conversion and multiply (the same products)
-      for (; c + 8 <= n_chunks; c += 8) {
-        const uint8_t* blk = row + c * block_bytes(F);
-        float sc[8];
-        eight_block_scales<F>(blk, a.d + c, sc);
-        for (int j = 0; j < 8; ++j) {
-          prefetch_ahead(blk + j * block_bytes(F), block_bytes(F));
-          chunk1_i16<F>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[j & 1][0]);
-        }
-      }
-    }
-    for (; c < n_chunks; c += 2) {
-      const uint8_t* blk = row + c * block_bytes(F);
-      if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));   // (decode: rows streamed once)
-      block_scales<F>(blk, d, m);
-      chunk_i16<F, TT>(blk, 0, d, m, at(c), acc[0], accm[0]);
-      if (c + 1 == n_chunks) break;
-      blk += block_bytes(F);
-      if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
-      block_scales<F>(blk, d, m);
-      chunk_i16<F, TT>(blk, 0, d, m, at(c + 1), acc[1], accm[1]);
     }
   }
   GD_EACH_TOKEN
