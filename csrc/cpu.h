@@ -36,7 +36,7 @@ enum class Impl { Auto, Generic, Avx2, Avx512, Neon };
 // The revision of the kernels' arithmetic: raised whenever a path's order of
 // operations changes, so results saved by an earlier build (the prompt
 // cache's keys and values) are not taken for this one's.
-constexpr int kNumerics = 12;
+constexpr int kNumerics = 13;
 
 // The AVX-512 path runs the AVX2 kernels where it has none of its own.
 inline bool uses_avx2(Impl impl) { return impl == Impl::Avx2 || impl == Impl::Avx512; }

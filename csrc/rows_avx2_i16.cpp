@@ -24,7 +24,8 @@ using namespace x86;
 
 // One chunk against TT tokens, into their accumulators (acc: the scaled code
 // sums, 8 lanes each, or 4 in the Narrow form of in_four_lanes formats;
-// accm: the minimums' terms); a points at the chunk's run of the tile
+// accm: the minimums' terms of the chunk's class, see MinClasses); a points
+// at the chunk's run of the tile
 // (act_block); d and m: the chunk's scales and offsets.
 template <Format F, int TT, bool Mins = has_min(F), bool Narrow = false>
 AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const float m[2], const I16Acts& a,
@@ -78,6 +79,48 @@ AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], cons
   }
 }
 
+// A row's minimums' terms (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) for TT tokens, in
+// eight sums a token by the chunk's class, its index mod 8, each in chunk
+// order, then the eight by one fixed tree: the same bits for a token alone
+// or in a tile, and one token adds a super-block's (or eight blocks') eight
+// terms by one vector add. (One sum in chunk order had chained the
+// one-token loops, a dependent add of 3 cycles a chunk: one token, 2
+// threads, from memory, Q4_1 13.6-20.5 -> 23.2-26.4 GMAC/s, Q5_1 13.2-16.5
+// -> 20.7-21.7, Q4_K 23.2-23.3 -> 23.6-25.3; 128 tokens 0.93-0.99x, the
+// tile's eight classes and their sums; AMD EPYC Zen 3.)
+template <int TT>
+struct MinClasses {
+  alignas(32) float v[8][TT] = {};   // v[j][t]: token t's class j
+  float* of(size_t c) { return v[c % 8]; }
+  // one token: chunk j's term in lane j, chunks 8k .. 8k + 7
+  AVX2 void add_eight(__m256 terms) {
+    static_assert(TT == 1, "one token's classes are one vector");
+    _mm256_store_ps(&v[0][0], _mm256_add_ps(_mm256_load_ps(&v[0][0]), terms));
+  }
+  // one token of Q4_K or Q5_K: every minimum's term, after the products
+  template <Format F>
+  AVX2 void one_token_pass(const uint8_t* row, size_t n_chunks, const I16Acts& a) {
+    __m256 s = _mm256_load_ps(&v[0][0]);
+    for (size_t c0 = 0; c0 < n_chunks; c0 += 8)
+      s = _mm256_add_ps(s, eight_min_terms(k4_minimums(row + (c0 / 8) * block_bytes(F), half_x86), a, c0));
+    _mm256_store_ps(&v[0][0], s);
+  }
+  // each token's sum, ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)):
+  // a full tile's by vectors (lane t token t, the scalar adds' bits)
+  AVX2 void sums(float out[TT]) const {
+    if constexpr (TT == 8) {
+      __m256 r[8];   // (not a lambda: it would not inherit the AVX2 target)
+      for (int j = 0; j < 8; ++j) r[j] = _mm256_load_ps(v[j]);
+      const __m256 lo = _mm256_add_ps(_mm256_add_ps(r[0], r[1]), _mm256_add_ps(r[2], r[3]));
+      const __m256 hi = _mm256_add_ps(_mm256_add_ps(r[4], r[5]), _mm256_add_ps(r[6], r[7]));
+      _mm256_storeu_ps(out, _mm256_add_ps(lo, hi));
+    } else {
+      for (int t = 0; t < TT; ++t)
+        out[t] = ((v[0][t] + v[1][t]) + (v[2][t] + v[3][t])) + ((v[4][t] + v[5][t]) + (v[6][t] + v[7][t]));
+    }
+  }
+};
+
 // One row against TT tokens. One accumulator per token whatever the tile:
 // a token's sum is formed in the same order alone or in a batch, so
 // prefill, decode and a cached prefix give the same bits. The format is a
@@ -87,9 +130,9 @@ AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], cons
 template <Format F, int TT, bool Narrow = false>
 AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* out) {
   AccOf<Narrow> acc[TT];
-  float accm[TT];
   GD_EACH_TOKEN
-  for (int t = 0; t < TT; ++t) acc[t] = AccOf<Narrow>{}, accm[t] = 0.f;
+  for (int t = 0; t < TT; ++t) acc[t] = AccOf<Narrow>{};
+  MinClasses<TT> mins;   // (unused, and optimized away, where the format has no minimums)
   auto at = [&](size_t c) { return acts_from(a, c * TT); };   // chunk c's activations (act_block)
   if constexpr (block_values(F) == 256) {
     float d[8][2], m[8][2];
@@ -118,14 +161,14 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
         for (int sub = 0; sub < 8; ++sub) chunk1_i16<F, Narrow>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[0]);
       } else {
         for (int sub = 0; sub < 8; ++sub)
-          chunk_i16<F, TT, has_min(F) && !mins_apart, Narrow>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, accm);
+          chunk_i16<F, TT, has_min(F) && !mins_apart, Narrow>(blk, sub, d[sub], m[sub], at(c0 + sub), acc,
+                                                             mins.of(sub));
       }
     }
-    // The same terms in the same order into their own sum (the row's sum is
-    // hsum(acc) + accm either way), after the products: in the products'
-    // loop they cost 3.7 of its 10.3 cycles per chunk, apart 2.0 (one-token
-    // Q4_K in cache 10.3 -> 8.7 cycles per chunk)
-    if constexpr (mins_apart) mins_pass<F, 1>(row, n_chunks, a, accm);
+    // The same terms into the same classes (MinClasses), after the
+    // products: in the products' loop they cost 3.7 of its 10.3 cycles per
+    // chunk, apart 2.0 (one-token Q4_K in cache 10.3 -> 8.7 cycles per chunk)
+    if constexpr (mins_apart) mins.template one_token_pass<F>(row, n_chunks, a);
   } else {
     size_t c = 0;
     if constexpr (TT == 1 && (F == Format::Q4_0 || F == Format::Q5_0 || F == Format::IQ4_NL ||
@@ -145,9 +188,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
           chunk1_i16<F, Narrow>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);
         }
         if constexpr (has_min(F)) {
-          float terms[8];
-          eight_min_terms(eight_block_halves<F>(blk, 2), a, c, terms);
-          for (int j = 0; j < 8; ++j) accm[0] += terms[j];
+          mins.add_eight(eight_min_terms(eight_block_halves<F>(blk, 2), a, c));
         }
       }
     }
@@ -158,21 +199,23 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
         const uint8_t* blk = row + c * block_bytes(F);
         prefetch_ahead(blk, block_bytes(F));
         block_scales<F>(blk, d, m);
-        chunk_i16<F, TT, has_min(F), Narrow>(blk, 0, d, m, at(c), acc, accm);
+        chunk_i16<F, TT, has_min(F), Narrow>(blk, 0, d, m, at(c), acc, mins.of(c));
       }
     } else {
 #pragma GCC unroll 1
       for (; c < n_chunks; ++c) {
         const uint8_t* blk = row + c * block_bytes(F);
         block_scales<F>(blk, d, m);
-        chunk_i16<F, TT, has_min(F), Narrow>(blk, 0, d, m, at(c), acc, accm);
+        chunk_i16<F, TT, has_min(F), Narrow>(blk, 0, d, m, at(c), acc, mins.of(c));
       }
     }
   }
+  float m[TT] = {};
+  if constexpr (has_min(F)) mins.sums(m);
   GD_EACH_TOKEN
   for (int t = 0; t < TT; ++t) {
-    if constexpr (Narrow) out[t] = hsum_sse(acc[t]) * codes_factor_inverse<F>() + accm[t];
-    else out[t] = hsum_avx2(acc[t]) * codes_factor_inverse<F>() + accm[t];
+    if constexpr (Narrow) out[t] = hsum_sse(acc[t]) * codes_factor_inverse<F>() + m[t];
+    else out[t] = hsum_avx2(acc[t]) * codes_factor_inverse<F>() + m[t];
   }
 }
 

@@ -274,13 +274,15 @@ AVX2 inline float half_x86(uint16_t h) { return _cvtsh_ss(h); }
 // One token, eight consecutive chunks from c0 on (mv: their minimums, chunk
 // j in lane j; the halves' minimums equal): their minimums' terms, lane j
 // chunk j's scalar expression, (m s0 + m s1) d, in its own steps.
-AVX2 inline void eight_min_terms(__m256 mv, const I16Acts& a, size_t c0, float terms[8]) {
+AVX2 inline __m256 eight_min_terms(__m256 mv, const I16Acts& a, size_t c0) {
   const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0)));
   const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0 + 8)));
   const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
   const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
-  _mm256_storeu_ps(terms, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)),
-                                        _mm256_loadu_ps(a.d + c0)));
+  return _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)), _mm256_loadu_ps(a.d + c0));
+}
+AVX2 inline void eight_min_terms(__m256 mv, const I16Acts& a, size_t c0, float terms[8]) {
+  _mm256_storeu_ps(terms, eight_min_terms(mv, a, c0));
 }
 
 // The minimums' terms of one chunk (m: its halves' minimums; a: the tile's
