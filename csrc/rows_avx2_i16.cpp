@@ -177,8 +177,8 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
       // conversion and multiply (eight_block_scales): one token, 2 threads,
       // from memory, Q4_0 1.20x, IQ4_NL 1.17x, Q5_0 1.13x (Q8_0, at the
       // bandwidth already, 0.97-0.99x: it keeps the loop below); Q4_1's and
-      // Q5_1's minimums' terms too (eight_min_terms: the same steps, added
-      // in chunk order)
+      // Q5_1's minimums' terms too (eight_min_terms: the same steps, into
+      // their classes by one vector add)
       for (; c + 8 <= n_chunks; c += 8) {
         const uint8_t* blk = row + c * block_bytes(F);
         float sc[8];

@@ -3,8 +3,8 @@
 // bytes (AVX2 instructions, which the AVX-512 path widens to int16 in one
 // step) and MXFP4's scale table; the K-quants' super-block scales by
 // vectors (superblock_scales' values, for both paths); and the one-token
-// helpers: eight chunks' scales by vector multiplies, Q4_K/Q5_K's minimums'
-// terms for their pass after the products.
+// helpers: eight chunks' scales by vector multiplies, eight chunks'
+// minimums' terms by vectors.
 #pragma once
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -281,9 +281,6 @@ AVX2 inline __m256 eight_min_terms(__m256 mv, const I16Acts& a, size_t c0) {
   const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
   return _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)), _mm256_loadu_ps(a.d + c0));
 }
-AVX2 inline void eight_min_terms(__m256 mv, const I16Acts& a, size_t c0, float terms[8]) {
-  _mm256_storeu_ps(terms, eight_min_terms(mv, a, c0));
-}
 
 // The minimums' terms of one chunk (m: its halves' minimums; a: the tile's
 // activations from the chunk on) for each of a tile's TT tokens, added into
@@ -306,22 +303,6 @@ AVX2 inline void add_tile_min_terms(const float m[2], const I16Acts& a, float* a
                                                    _mm256_mul_ps(_mm256_set1_ps(m[1]), s1)),
                                      _mm256_loadu_ps(a.d));
   _mm256_storeu_ps(accm, _mm256_add_ps(_mm256_loadu_ps(accm), terms));
-}
-
-// One token of Q4_K or Q5_K (a: its activations): the minimums' terms of a
-// row's chunks, in a pass after the products, into sums[c % Ways] in chunk
-// order (AVX2: one sum; AVX-512: one per chunk parity, as its products).
-// Lane j of a super-block's vector is chunk j's scalar expression, (m s0 +
-// m s1) d, in its own steps: the bits of the chunk-by-chunk sums. One at a
-// time in the products' loop they had cost 4.4 of its 15 cycles per chunk
-// (one-token Q4_K, AVX2, AMD EPYC Zen 2).
-template <Format F, int Ways>
-AVX2 inline void mins_pass(const uint8_t* row, size_t n_chunks, const I16Acts& a, float* sums) {
-  for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
-    float terms[8];
-    eight_min_terms(k4_minimums(row + (c0 / 8) * block_bytes(F), half_x86), a, c0, terms);
-    for (int j = 0; j < 8; ++j) sums[j % Ways] += terms[j];
-  }
 }
 
 // A super-block's scales and minimums for the AVX2 kernels: the formats
