@@ -141,35 +141,38 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
     for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
       const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
       if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
-      if constexpr ((F == Format::Q4_K || F == Format::Q5_K) && TT == 1) {
+      if constexpr (mins_apart) {
         // One token takes the eight chunks' scales d sc_j a.d alone (the
-        // same two products as below, in one vector), not their minimums
-        // nor each scale twice: Zen 1 splits the lane-crossing shuffles
-        // that store_twice and one_token_scales use into 8 operations
-        // each, and the 256-bit form gains too (one token, 2 threads, AMD
-        // EPYC Zen 3: Q4_K 1.10x in the L3, Q5_K 1.15x from memory and
-        // 1.35x in the L3; the same bits)
+        // same two products as chunk_i16's, in one vector), not their
+        // minimums nor each scale twice: Zen 1 splits the lane-crossing
+        // shuffles that store_twice and one_token_scales use into 8
+        // operations each, and the 256-bit form gains too (one token, 2
+        // threads, AMD EPYC Zen 3: Q4_K 1.10x in the L3, Q5_K 1.15x from
+        // memory and 1.35x in the L3; the same bits)
         uint32_t s[4];
         k4_fields(blk, s);
         alignas(32) float sc[8];
         _mm256_store_ps(sc, _mm256_mul_ps(scaled_bytes(s, blk, half_avx2), _mm256_loadu_ps(a.d + c0)));
         for (int sub = 0; sub < 8; ++sub) chunk1_i16<F, Narrow>(blk, sub, &sc[sub], a.q + 32 * (c0 + sub), acc[0]);
-        continue;
-      }
-      superblock_scales_avx2<F>(blk, d, m, half_avx2);
-      if constexpr (TT == 1 && (!has_min(F) || mins_apart)) {
-        alignas(32) float sc[8][2];
-        one_token_scales(d, a.d + c0, sc);
-        for (int sub = 0; sub < 8; ++sub) chunk1_i16<F, Narrow>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[0]);
       } else {
-        for (int sub = 0; sub < 8; ++sub)
-          chunk_i16<F, TT, has_min(F) && !mins_apart, Narrow>(blk, sub, d[sub], m[sub], at(c0 + sub), acc,
-                                                             mins.of(sub));
+        superblock_scales_avx2<F>(blk, d, m, half_avx2);
+        if constexpr (TT == 1 && !has_min(F)) {
+          alignas(32) float sc[8][2];
+          one_token_scales(d, a.d + c0, sc);
+          for (int sub = 0; sub < 8; ++sub) chunk1_i16<F, Narrow>(blk, sub, sc[sub], a.q + 32 * (c0 + sub), acc[0]);
+        } else {
+          for (int sub = 0; sub < 8; ++sub)
+            chunk_i16<F, TT, has_min(F), Narrow>(blk, sub, d[sub], m[sub], at(c0 + sub), acc, mins.of(sub));
+        }
       }
     }
     // The same terms into the same classes (MinClasses), after the
     // products: in the products' loop they cost 3.7 of its 10.3 cycles per
-    // chunk, apart 2.0 (one-token Q4_K in cache 10.3 -> 8.7 cycles per chunk)
+    // chunk, apart 2.0 (one-token Q4_K in cache 10.3 -> 8.7 cycles per
+    // chunk); since the scales' vector above shares k4_fields with them,
+    // the terms in the loop by one vector add a super-block measured the
+    // same (Q4_K 6.15 against 6.19, Q5_K 7.5 against 6.9 cycles per chunk
+    // in the L1, medians of 12, AMD EPYC Zen 3), so they stay apart
     if constexpr (mins_apart) mins.template one_token_pass<F>(row, n_chunks, a);
   } else {
     size_t c = 0;
