@@ -39,17 +39,17 @@ AVX2 inline __m256i mxfp4_codes8(const uint8_t* blk) {
 // of s): the row's sum divides it out at the end (kMxfp4Scale for MXFP4).
 // MXFP4's codes come from its value table (mxfp4_codes8). Q8_0 and IQ4:
 // codes 0..15 and 16..31, widened from bytes.
-template <Format F>
+template <Format F, bool Narrow = false>
 AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i& second) {
   if constexpr (F == Format::Q8_0) {
     first = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     second = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
   } else if constexpr (small_codes(F)) {
-    const __m256i v = F == Format::MXFP4 ? mxfp4_codes8(blk) : codes8<F>(blk, sub);
+    const __m256i v = F == Format::MXFP4 ? mxfp4_codes8(blk) : codes8<F, Narrow>(blk, sub);
     first = _mm256_slli_epi16(v, 8);                                        // even codes x 256
     second = _mm256_and_si256(v, _mm256_set1_epi16(int16_t(0xFF00)));       // odd codes x 256
   } else {
-    const __m256i v = codes8<F>(blk, sub);
+    const __m256i v = codes8<F, Narrow>(blk, sub);
     first = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
     second = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
   }

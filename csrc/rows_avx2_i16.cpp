@@ -43,7 +43,7 @@ AVX2 inline void chunk_i16(const uint8_t* blk, int sub, const float d[2], const 
       acc[t] = _mm_fmadd_ps(small_sum_h(k, a.q + t * 32), _mm_broadcast_ss(&scale[0][t]), acc[t]);
   } else {
     __m256i first, second;
-    load_codes<F>(blk, sub, first, second);
+    load_codes<F, Narrow>(blk, sub, first, second);
     GD_EACH_TOKEN
     for (int t = 0; t < TT; ++t)
       acc[t] = _mm256_fmadd_ps(block_sums(first, second, a.q + t * 32),
@@ -74,7 +74,7 @@ AVX2 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], cons
     acc = _mm_fmadd_ps(small_sum_h(small_codes_h<F>(blk, sub), q), _mm_broadcast_ss(&sc[0]), acc);
   } else {
     __m256i first, second;
-    load_codes<F>(blk, sub, first, second);
+    load_codes<F, Narrow>(blk, sub, first, second);
     acc = _mm256_fmadd_ps(block_sums(first, second, q), lane_scales<F>(&sc[0], &sc[1]), acc);
   }
 }
