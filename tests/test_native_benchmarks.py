@@ -48,7 +48,7 @@ def tiles(tmp_path_factory) -> Path:
     return build("mxfp4_tiles.cpp", tmp_path_factory.mktemp("tiles"))
 
 
-@pytest.mark.parametrize("name", ["x86_pipes.c", "mxfp4_cycles.cpp", "overlap.cpp", "decode_rows.cpp"])
+@pytest.mark.parametrize("name", ["x86_pipes.c", "mxfp4_cycles.cpp", "format_cycles.cpp", "overlap.cpp", "decode_rows.cpp"])
 def test_each_tool_builds_as_its_header_says(name, tmp_path):
     assert build(name, tmp_path).is_file()
 
