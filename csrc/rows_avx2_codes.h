@@ -16,14 +16,11 @@ namespace {
 using namespace x86;
 
 // An MXFP4 block's 32 codes through the value table as int8, in one 256-bit
-// shuffle: the 16 code bytes in both halves, low nibbles (codes 0..15)
-// indexing the table in the first half, high nibbles (codes 16..31) in the
-// second (one variable shift moves the second half's high nibbles down).
-// (Cores that split 256-bit operations run rows_avx2_halves.h's instead.)
+// shuffle: the low nibbles (codes 0..15) index the table in the first
+// half, the high ones (codes 16..31) in the second (nibbles16's 256-bit
+// form). (Cores that split 256-bit operations run rows_avx2_halves.h's.)
 AVX2 inline __m256i mxfp4_codes8(const uint8_t* blk) {
-  const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
-  const __m256i idx = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-  return _mm256_shuffle_epi8(mxfp4_values256(), idx);
+  return _mm256_shuffle_epi8(mxfp4_values256(), nibbles16(blk + 1));
 }
 
 // The 32 weight codes of a chunk as two vectors of 16 int16 that multiply

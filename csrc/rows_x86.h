@@ -57,13 +57,15 @@ AVX2 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinte
 
 // 16 bytes of 4-bit codes as 32 bytes: the low nibbles (codes 0..15), then
 // the high ones (codes 16..31). The bytes loaded into both halves, the
-// second half's shifted down by one variable shift (MXFP4's way,
-// mxfp4_codes8), where a shift and a lane insert took two operations of
-// the pipes that also shift and shuffle: one token in the L1, cycles per
-// chunk, Q4_0 5.58 -> 5.29, Q5_0 6.79 -> 6.26, Q4_1 6.49 -> 6.19, IQ4_NL
-// 7.51 -> 6.86 (medians of 12 to 16 alternating runs; the formats it does
-// not touch moved 0.96-1.02x), 8 tokens 0.98-1.08x (AMD EPYC Zen 3). Narrow (cores that split 256-bit operations,
-// where a 256-bit variable shift is slow) keeps the shift and insert.
+// second half's shifted down by one variable shift (MXFP4's codes took
+// this form first; mxfp4_codes8 uses it), where a shift and a lane insert
+// took two operations of the pipes that also shift and shuffle: one token
+// in the L1, cycles per chunk, Q4_0 5.58 -> 5.29, Q5_0 6.79 -> 6.26, Q4_1
+// 6.49 -> 6.19, IQ4_NL 7.51 -> 6.86 (medians of 12 to 16 alternating
+// runs; the formats it does not touch moved 0.96-1.02x), 8 tokens
+// 0.98-1.08x (AMD EPYC Zen 3). Narrow (cores that split 256-bit
+// operations, where a 256-bit variable shift is slow) keeps the shift and
+// insert.
 template <bool Narrow = false>
 AVX2 inline __m256i nibbles16(const uint8_t* qs) {
   if constexpr (Narrow) {
