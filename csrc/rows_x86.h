@@ -212,6 +212,36 @@ AVX2 inline void q6k_superblock_scales(const uint8_t* b, float d[8][2], float m[
   store_zeros(&m[0][0]);
 }
 
+// Q2_K: a super-block's sixteen minimums (k23_superblock_scales' m, bit for
+// bit), chunk j's first half's in lane j of m0 and its second's in m1.
+template <class Half>
+AVX2 inline void q2k_minimums(const uint8_t* b, Half half, __m256& m0, __m256& m1) {
+  uint16_t h;
+  std::memcpy(&h, b + 82, 2);
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  // the high nibbles, the even bytes' first (chunk j's first half is byte 2j)
+  const __m128i mn = _mm_shuffle_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F)),
+                                      _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256 dmin = _mm256_set1_ps(half(h)), flip = _mm256_set1_ps(-0.f);   // m = -(dmin mn)
+  m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn))), flip);
+  m1 = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8)))), flip);
+}
+
+// Q3_K's sixteen 6-bit scales (q3k_scales' bytes) in a register: words
+// w0, w1 of the packed twelve bytes and their high nibbles, each with two
+// bits of the third word on top. (q3k_scales' bytes stored and loaded back
+// as one vector missed the store-to-load forwarding: two 8-byte stores
+// under one 16-byte load.)
+AVX2 inline __m128i q3k_scales_sse(const uint8_t* packed) {
+  uint32_t tmp;
+  std::memcpy(&tmp, packed + 8, 4);
+  const __m128i w = _mm_shuffle_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed)), 0x44);   // w0 w1 w0 w1
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(w, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0F));
+  const __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(int(tmp)), _mm_setr_epi32(0, 2, 4, 6)),
+                                    _mm_set1_epi8(0x03));
+  return _mm_or_si128(low, _mm_slli_epi32(top, 4));
+}
+
 // Q2_K and Q3_K likewise (superblock_scales' values, bit for bit): Q2_K's
 // sixteen bytes hold a scale (low nibble, d = dd sc) and a minimum (high
 // nibble, m = -(dmin mn)); Q3_K's sixteen 6-bit scales (unpacked as ggml
@@ -229,9 +259,7 @@ AVX2 inline void k23_superblock_scales(Format f, const uint8_t* b, float d[8][2]
                  _mm256_set1_ps(half(h[1])), -0.f);   // m = -(dmin mn)
   } else {   // Q3_K
     std::memcpy(h, b + 108, 2);
-    int8_t sc[16];
-    q3k_scales(b + 96, sc);
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+    const __m128i v = q3k_scales_sse(b + 96);
     const __m256i k32 = _mm256_set1_epi32(32);
     store_scaled(&d[0][0], _mm256_sub_epi32(_mm256_cvtepi8_epi32(v), k32),
                  _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)), k32), _mm256_set1_ps(half(h[0])));
@@ -294,6 +322,16 @@ AVX2 inline __m256 eight_min_terms(__m256 mv, const I16Acts& a, size_t c0) {
   const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
   const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
   return _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)), _mm256_loadu_ps(a.d + c0));
+}
+
+// The same with each chunk's two halves' minimums (mv0, mv1: Q2_K's sub-blocks
+// of 16), (m0 s0 + m1 s1) d.
+AVX2 inline __m256 eight_min_terms(__m256 mv0, __m256 mv1, const I16Acts& a, size_t c0) {
+  const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0)));
+  const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0 + 8)));
+  const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv0, s0), _mm256_mul_ps(mv1, s1)), _mm256_loadu_ps(a.d + c0));
 }
 
 // The minimums' terms of one chunk (m: its halves' minimums; a: the tile's
