@@ -326,19 +326,9 @@ AVX2 inline __m256 k4_minimums(const uint8_t* b, Half half) {
 
 AVX2 inline float half_x86(uint16_t h) { return _cvtsh_ss(h); }
 
-// One token, eight consecutive chunks from c0 on (mv: their minimums, chunk
-// j in lane j; the halves' minimums equal): their minimums' terms, lane j
-// chunk j's scalar expression, (m s0 + m s1) d, in its own steps.
-AVX2 inline __m256 eight_min_terms(__m256 mv, const I16Acts& a, size_t c0) {
-  const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0)));
-  const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0 + 8)));
-  const __m256 s0 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
-  const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv, s0), _mm256_mul_ps(mv, s1)), _mm256_loadu_ps(a.d + c0));
-}
-
-// The same with each chunk's two halves' minimums (mv0, mv1: Q2_K's sub-blocks
-// of 16), (m0 s0 + m1 s1) d.
+// One token, eight consecutive chunks from c0 on (mv0, mv1: their halves'
+// minimums, chunk j in lane j): their minimums' terms, lane j chunk j's
+// scalar expression, (m0 s0 + m1 s1) d, in its own steps.
 AVX2 inline __m256 eight_min_terms(__m256 mv0, __m256 mv1, const I16Acts& a, size_t c0) {
   const __m256 lo = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0)));
   const __m256 hi = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + 2 * c0 + 8)));
@@ -346,6 +336,9 @@ AVX2 inline __m256 eight_min_terms(__m256 mv0, __m256 mv1, const I16Acts& a, siz
   const __m256 s1 = in_token_order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
   return _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(mv0, s0), _mm256_mul_ps(mv1, s1)), _mm256_loadu_ps(a.d + c0));
 }
+
+// The halves' minimums equal (mv0 = mv1 = mv).
+AVX2 inline __m256 eight_min_terms(__m256 mv, const I16Acts& a, size_t c0) { return eight_min_terms(mv, mv, a, c0); }
 
 // The minimums' terms of one chunk (m: its halves' minimums; a: the tile's
 // activations from the chunk on) for each of a tile's TT tokens, added into
