@@ -58,8 +58,6 @@ AVX2 inline void load_codes(const uint8_t* blk, int sub, __m256i& first, __m256i
 template <Format F>
 constexpr float codes_factor_inverse() { return small_codes(F) ? 1.f / 256.f : 1.f; }
 
-AVX2 inline float half_avx2(uint16_t h) { return _cvtsh_ss(h); }
-
 // A token's accumulator: 8 lanes, or 4 in the halves' form (rows_avx2_halves.h).
 // (Not std::conditional_t: a vector type as a template argument loses its
 // attributes, which GCC warns of.)

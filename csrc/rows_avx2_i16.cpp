@@ -174,11 +174,11 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
         uint32_t s[4];
         k4_fields(blk, s);
         alignas(32) float sc[8];
-        _mm256_store_ps(sc, _mm256_mul_ps(scaled_bytes(s, blk, half_avx2), _mm256_loadu_ps(a.d + c0)));
+        _mm256_store_ps(sc, _mm256_mul_ps(scaled_bytes(s, blk, half_x86), _mm256_loadu_ps(a.d + c0)));
 #pragma GCC unroll 8
         for (int sub = 0; sub < 8; ++sub) chunk1_i16<F, Narrow>(blk, sub, &sc[sub], a.q + 32 * (c0 + sub), acc[0]);
       } else {
-        superblock_scales_avx2<F>(blk, d, m, half_avx2);
+        superblock_scales_avx2<F>(blk, d, m, half_x86);
         if constexpr (TT == 1 && (!has_min(F) || F == Format::Q2_K)) {
           alignas(32) float sc[8][2];
           one_token_scales(d, a.d + c0, sc);
@@ -188,7 +188,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
             // added them one chunk at a time: one token 9.7 -> 6.6 cycles a
             // chunk in the L1)
             __m256 m0, m1;
-            q2k_minimums(blk, half_avx2, m0, m1);
+            q2k_minimums(blk, half_x86, m0, m1);
             mins.add_eight(eight_min_terms(m0, m1, a, c0));
           }
 #pragma GCC unroll 8

@@ -81,8 +81,6 @@ AVX512 inline void chunk1_i16(const uint8_t* blk, int sub, const float sc[2], co
   }
 }
 
-AVX512 inline float half_avx512(uint16_t h) { return _cvtsh_ss(h); }
-
 // The 16 lanes' sum, in a fixed order (halves, then quarters, ...).
 AVX512 inline float hsum16(__m512 v) {
   __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE)));
@@ -111,7 +109,7 @@ AVX512 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Ac
   for (size_t c0 = 0; c0 < n_chunks; c0 += 8) {
     const uint8_t* blk = row + (c0 / 8) * block_bytes(F);
     if constexpr (TT <= 2) prefetch_ahead(blk, block_bytes(F));
-    superblock_scales_avx2<F>(blk, d, m, half_avx512);   // (the same values as superblock_scales)
+    superblock_scales_avx2<F>(blk, d, m, half_x86);   // (the same values as superblock_scales)
     if constexpr (TT == 1 && !has_min(F)) {
       // one token: the eight chunks' scales by two vector multiplies (the
       // same products chunk_i16 forms one at a time)

@@ -145,8 +145,14 @@ inline int32_t dot16(int8x16_t c, const int16_t* q) {
 
 // An fp16 scale by the hardware's conversion (exact, as the reference's
 // fp16_to_fp32: a call per block there, a third of the one-token loop's
-// instructions for Q8_0).
-inline float half_neon(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+// instructions for Q8_0). An object, not a function: passed to the scale
+// helpers as a pointer to a function (and even called directly) GCC left
+// it a call out of line in every block, which also made the loops save
+// and reload their vector registers around it.
+struct HalfNeon {
+  float operator()(uint16_t h) const { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+};
+constexpr HalfNeon half_neon{};
 
 // e8m0_to_fp32_half of every byte, one load instead of its branch-free bit
 // arithmetic (tested equal: the products match the reference bit for bit).

@@ -324,7 +324,16 @@ AVX2 inline __m256 k4_minimums(const uint8_t* b, Half half) {
   return scaled_bytes(s + 2, b + 2, half, -0.f);
 }
 
-AVX2 inline float half_x86(uint16_t h) { return _cvtsh_ss(h); }
+// fp16 bits to a float by F16C, for the scale helpers' Half parameter. An
+// object, not a function: passed as a pointer to a function, the conversion
+// inlined only where GCC first inlined the helper into the caller; a
+// pointer to an AVX-512 function (a target the AVX2 helpers lack) stayed a
+// call out of line, one or two a Q2_K or Q3_K super-block. The object's call
+// inlines wherever the helper does (the same bits).
+struct HalfX86 {
+  AVX2 float operator()(uint16_t h) const { return _cvtsh_ss(h); }
+};
+constexpr HalfX86 half_x86{};
 
 // One token, eight consecutive chunks from c0 on (mv0, mv1: their halves'
 // minimums, chunk j in lane j): their minimums' terms, lane j chunk j's
