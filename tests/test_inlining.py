@@ -25,10 +25,22 @@ BUILDS = [("g++", "objdump", "call", "rows_avx2_i16"), ("g++", "objdump", "call"
 
 
 def called(objdump: str, mnemonic: str, obj: Path) -> list[str]:
-    """The demangled names of the functions the object's code calls."""
-    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", "-C", str(obj)], capture_output=True, text=True,
+    """The demangled names of the functions the object's code calls: a call
+    within the object names its target; one outside it (another source's
+    function) names the object's own code, its relocation the target."""
+    text = subprocess.run([objdump, "-dr", "--no-show-raw-insn", "-C", str(obj)], capture_output=True, text=True,
                           check=True, timeout=300).stdout
-    return re.findall(rf"^\s+[0-9a-f]+:\s+{mnemonic}\s+[0-9a-f]+ <(.+)>$", text, re.M)
+    lines = text.splitlines()
+    names = []
+    for i, line in enumerate(lines):
+        m = re.match(rf"\s+[0-9a-f]+:\s+{mnemonic}\s+[0-9a-f]+ <(.+)>$", line)
+        if m is None:
+            continue
+        names.append(m.group(1))
+        r = re.match(r"\s+[0-9a-f]+: R_\w+\s+(.+)$", lines[i + 1]) if i + 1 < len(lines) else None
+        if r is not None:
+            names.append(r.group(1))
+    return names
 
 
 def test_no_row_kernel_calls_an_fp16_conversion(tmp_path):
