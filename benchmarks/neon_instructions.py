@@ -12,6 +12,7 @@ of a loop may run beside its vector ones, so fewer instructions need not be
 proportionally faster.
 
 usage: python benchmarks/neon_instructions.py [--against REF] [--formats mxfp4,q8_0,...] [--rows N] [--k K]
+                                              [--acts i16|f32]
 needs: apt-get install g++-aarch64-linux-gnu qemu-user (and gcc for the plugin)
 """
 from __future__ import annotations
@@ -54,18 +55,18 @@ def build_driver(csrc: Path, out: Path) -> Path:
     return exe
 
 
-def instructions(plugin: Path, exe: Path, fmt: str, n: int, k: int, t: int, reps: int) -> int:
+def instructions(plugin: Path, exe: Path, fmt: str, n: int, k: int, t: int, reps: int, acts: str) -> int:
     r = subprocess.run([QEMU, "-plugin", str(plugin), "-d", "plugin", str(exe), fmt, str(n), str(k), str(t),
-                        str(reps)], capture_output=True, text=True, env={"GOOSEDUMP_ISA": "neon"}, timeout=1800)
+                        str(reps), acts], capture_output=True, text=True, env={"GOOSEDUMP_ISA": "neon"}, timeout=1800)
     line = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("instructions ")]
     if r.returncode or not line:
         sys.exit(f"{exe} {fmt}: {r.stderr.strip()}")
     return int(line[0].split()[1])
 
 
-def per_block(plugin: Path, exe: Path, fmt: str, n: int, k: int, t: int) -> float:
-    base = instructions(plugin, exe, fmt, n, k, t, 0)
-    return (instructions(plugin, exe, fmt, n, k, t, 2) - base) / 2 / (n * k // 32 * t)
+def per_block(plugin: Path, exe: Path, fmt: str, n: int, k: int, t: int, acts: str) -> float:
+    base = instructions(plugin, exe, fmt, n, k, t, 0, acts)
+    return (instructions(plugin, exe, fmt, n, k, t, 2, acts) - base) / 2 / (n * k // 32 * t)
 
 
 def main() -> None:
@@ -74,6 +75,8 @@ def main() -> None:
     ap.add_argument("--formats", default="mxfp4,q8_0,q4_k,q6_k", help="comma-separated (default %(default)s)")
     ap.add_argument("--rows", type=int, default=1024, help="matrix rows (default %(default)s)")
     ap.add_argument("--k", type=int, default=2816, help="matrix columns, a multiple of 256 (default %(default)s)")
+    ap.add_argument("--acts", choices=("i16", "f32"), default="i16",
+                    help="the activations' precision, as GOOSEDUMP_ACTIVATIONS (default %(default)s)")
     args = ap.parse_args()
     for tool in (CXX, QEMU, "gcc"):
         if shutil.which(tool) is None:
@@ -90,14 +93,14 @@ def main() -> None:
             with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
                 tar.extractall(tmp / "ref", filter="data")
             builds = {args.against: build_driver(tmp / "ref" / "csrc", tmp / "refbuild"), **builds}
-        print(f"NEON int16 products, {args.rows} x {args.k}, one thread, qemu-aarch64's default CPU: executed "
+        print(f"NEON {'int16' if args.acts == 'i16' else 'fp32'} products, {args.rows} x {args.k}, one thread, qemu-aarch64's default CPU: executed "
               "instructions per 32-value block and token (counted, not timed)")
         names = list(builds)
         print("| format | tokens | " + " | ".join(names) + (" | ratio |" if len(names) == 2 else " |"))
         print("|---" * (2 + len(names) + (len(names) == 2)) + "|")
         for fmt in args.formats.split(","):
             for t in (1, 8):
-                counts = [per_block(plugin, builds[b], fmt, args.rows, args.k, t) for b in names]
+                counts = [per_block(plugin, builds[b], fmt, args.rows, args.k, t, args.acts) for b in names]
                 ratio = f" | {counts[1] / counts[0]:.2f}x" if len(counts) == 2 else ""
                 print(f"| {fmt} | {t} | " + " | ".join(f"{c:.1f}" for c in counts) + ratio + " |")
 

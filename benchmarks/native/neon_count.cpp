@@ -1,11 +1,13 @@
-// The products benchmarks/neon_instructions.py counts: one format's int16
+// The products benchmarks/neon_instructions.py counts: one format's
 // product of an N x K matrix (realistic scales, random codes) times T
-// tokens, REPS times, on one thread, on the path GOOSEDUMP_ISA names.
+// tokens, REPS times, on one thread, on the path GOOSEDUMP_ISA names, with
+// int16 activations (the default) or fp32 ones (ACTS f32).
 //
-//   neon_count FORMAT N K T REPS
+//   neon_count FORMAT N K T REPS [i16|f32]
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "formats.h"
@@ -13,10 +15,16 @@
 #include "threads.h"
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: neon_count FORMAT N K T REPS\n");
+  if (argc != 6 && argc != 7) {
+    std::fprintf(stderr, "usage: neon_count FORMAT N K T REPS [i16|f32]\n");
     return 2;
   }
+  const std::string a = argc == 7 ? argv[6] : "i16";
+  if (a != "i16" && a != "f32") {
+    std::fprintf(stderr, "neon_count: ACTS must be i16 or f32, got %s\n", a.c_str());
+    return 2;
+  }
+  const gd::Acts acts = a == "f32" ? gd::Acts::F32 : gd::Acts::I16;
   const gd::Format f = gd::parse_format(argv[1]);
   const size_t N = std::strtoul(argv[2], nullptr, 10), K = std::strtoul(argv[3], nullptr, 10);
   const size_t T = std::strtoul(argv[4], nullptr, 10), reps = std::strtoul(argv[5], nullptr, 10);
@@ -34,7 +42,7 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal;
   for (auto& x : X) x = normal(rng);
   for (size_t r = 0; r < reps; ++r)
-    gd::matmul(f, W.data(), N, K, X.data(), K, T, Y.data(), N, nullptr, gd::Impl::Auto, gd::Acts::I16);
+    gd::matmul(f, W.data(), N, K, X.data(), K, T, Y.data(), N, nullptr, gd::Impl::Auto, acts);
   std::printf("%g\n", double(Y[0]));
   return 0;
 }
