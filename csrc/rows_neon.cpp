@@ -64,9 +64,10 @@ inline uint8x16_t fifth_bits(uint32_t x) {
 // The 32 int8 codes of chunk `sub` as two vectors that multiply the first
 // and the second 16 activations of the block's I16 form: codes 0..15 and
 // 16..31, or for MXFP4 the even codes and the odd ones (its activations are
-// stored even/odd, act_slot). The same codes as the reference's chunk_codes
-// (the tests compare the products bit for bit).
-template <Format F>
+// stored even/odd, act_slot; InOrder: codes 0..15 and 16..31, as the fp32
+// rows take them). The same codes as the reference's chunk_codes (the tests
+// compare the products bit for bit).
+template <Format F, bool InOrder = false>
 inline void load_codes(const uint8_t* b, int sub, int8x16_t& c0, int8x16_t& c1) {
   if constexpr (F == Format::Q8_0) {
     c0 = load_s8(b + 2);
@@ -82,7 +83,7 @@ inline void load_codes(const uint8_t* b, int sub, int8x16_t& c0, int8x16_t& c1) 
     } else {
       const int8x16_t table = vld1q_s8(F == Format::MXFP4 ? kMxfp4Values : kIq4nlValues);
       const int8x16_t v0 = vqtbl1q_s8(table, lo), v1 = vqtbl1q_s8(table, hi);
-      if constexpr (F == Format::MXFP4) {
+      if constexpr (F == Format::MXFP4 && !InOrder) {
         c0 = vuzp1q_s8(v0, v1);   // codes 0, 2, .., 30
         c1 = vuzp2q_s8(v0, v1);   // codes 1, 3, .., 31
       } else {
@@ -168,10 +169,11 @@ constexpr E8m0Table e8m0_half_table() {
 }
 constexpr E8m0Table kE8m0Half = e8m0_half_table();
 
-// The scales and offsets of a 32-value block, as the reference finds them
-// (super-blocks take superblock_scales).
+// The scales and offsets of chunk `sub` of a block, as the reference finds
+// them (the int16 rows' super-blocks take superblock_scales, all eight
+// chunks' at once).
 template <Format F>
-inline void scales(const uint8_t* b, float d[2], float m[2]) {
+inline void scales(const uint8_t* b, int sub, float d[2], float m[2]) {
   if constexpr (F == Format::MXFP4) {
     d[0] = d[1] = kE8m0Half.v[b[0]];
     m[0] = m[1] = 0.f;
@@ -181,7 +183,7 @@ inline void scales(const uint8_t* b, float d[2], float m[2]) {
     d[0] = d[1] = half_neon(h);
     m[0] = m[1] = 0.f;
   } else {
-    chunk_scales(F, b, 0, d, m, half_neon);
+    chunk_scales(F, b, sub, d, m, half_neon);
   }
 }
 
@@ -240,7 +242,7 @@ inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts& a, 
     float d[2], m[2];
     for (size_t c = 0; c < n_chunks; ++c) {
       const uint8_t* blk = row + c * block_bytes(F);
-      scales<F>(blk, d, m);
+      scales<F>(blk, 0, d, m);
       chunk_i16<F, TT>(blk, 0, d, m, acts_from(a, c * TT), acc, accm);
     }
   }
@@ -262,7 +264,7 @@ inline void load_block(const uint8_t* blk, int sub, float32x4_t w[8]) {
     for (int k = 0; k < 8; ++k)
       w[k] = vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk) + 4 * k), 16));
   } else {
-    // The chunk's codes by the int16 rows' unpacking (load_codes; MXFP4's in
+    // The chunk's codes by the int16 rows' unpacking (load_codes, MXFP4's in
     // order here, not even and odd) and its scales as the reference finds
     // them, each weight d q (+ m) in the reference's two roundings. Through
     // the reference's chunk_codes, a call per block (formats.cpp, its fp16
@@ -270,18 +272,8 @@ inline void load_block(const uint8_t* blk, int sub, float32x4_t w[8]) {
     // executed instructions.
     int8x16_t c[2];
     float d[2], m[2];
-    if constexpr (F == Format::MXFP4) {
-      uint8x16_t lo, hi;
-      nibbles(blk + 1, lo, hi);
-      const int8x16_t table = vld1q_s8(kMxfp4Values);
-      c[0] = vqtbl1q_s8(table, lo);   // codes 0..15
-      c[1] = vqtbl1q_s8(table, hi);   // codes 16..31
-      d[0] = d[1] = kE8m0Half.v[blk[0]];
-      m[0] = m[1] = 0.f;
-    } else {
-      load_codes<F>(blk, sub, c[0], c[1]);
-      chunk_scales(F, blk, sub, d, m, half_neon);
-    }
+    load_codes<F, true>(blk, sub, c[0], c[1]);
+    scales<F>(blk, sub, d, m);
     for (int h = 0; h < 2; ++h) {   // codes 16 h .. 16 h + 15, with their half's scales
       const int16x8_t s0 = vmovl_s8(vget_low_s8(c[h])), s1 = vmovl_high_s8(c[h]);
       const int32x4_t q[4] = {vmovl_s16(vget_low_s16(s0)), vmovl_high_s16(s0), vmovl_s16(vget_low_s16(s1)),
