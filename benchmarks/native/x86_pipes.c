@@ -11,7 +11,8 @@
    (docs/performance.md, the Zen 1 section; mxfp4_tiles.cpp times the
    tiles). Last, the 4-lane tile of the cores that split 256-bit operations
    (row_mxfp4_h<8>) WITH its dependences, alone and finished five ways: what its
-   conversion and its scale's FMA cost beside the products' floor.
+   conversion and its scale's FMA cost beside the products' floor. And
+   whether fp32 FMAs issue beside vpmaddwd or share its pipes.
    x86-64 with AVX2; cycles from core_clock.h, so the figures hold
    at whatever clock the core runs.
 
@@ -174,6 +175,12 @@ int main(void) {
   RUN("vcvtdq2ps + vmulps", 8, MIX(C, F));
   RUN("vpshufb + vpsllw", 8, MIX(S, L));
   RUN("vcvtdq2ps + vfmadd231ps", 8, MIX(C, FM));
+  /* fp32 FMAs beside the multiply-adds, eight chains of one FMA a body (2 a
+     cycle where the FMAs have pipes of their own, 4 where they share them):
+     whether a prefill could add FMAs on integer-valued floats (exact below
+     2^24) to the int16 products' rate */
+  RUN("vpmaddwd + vfmadd231ps (8 chains)", 16,
+      M(11) FM(0) M(12) FM(1) M(13) FM(2) M(11) FM(3) M(12) FM(4) M(13) FM(5) M(11) FM(6) M(12) FM(7));
   RUN("256-bit loads", 8, LD(0, 0) LD(1, 32) LD(2, 64) LD(3, 96) LD(4, 128) LD(5, 160) LD(6, 192) LD(7, 224));
   RUN("256-bit loads + broadcasts", 8, LD(0, 0) LD(1, 32) BC(2, 64) LD(3, 96) LD(4, 128) BC(5, 160) LD(6, 192) BC(7, 224));
   printf("one-token MXFP4, a block's operations and loads without their dependences:\n");
