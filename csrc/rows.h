@@ -137,12 +137,17 @@ constexpr size_t kPrefetchFar = 12288;
 // and 1 KB) no better; a second far one (6 KB) 1.00x.
 constexpr size_t kPrefetchRetry = kPrefetchAhead / 2;
 
+// Prefetches the `bytes` bytes kPrefetchAhead past p, one request per 64
+// bytes: a run of blocks a loop takes at once (a run that starts mid-line
+// leaves its last line to the next run's first request).
+inline void prefetch_run(const uint8_t* p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + kPrefetchAhead + b, 0, 3);
+}
+
 // Prefetches the cache line kPrefetchAhead bytes past blk when the block
 // (of `bytes` bytes) starts a new line there: one prefetch per line.
 inline void prefetch_ahead(const uint8_t* blk, size_t bytes) {
-  const uint8_t* p = blk + kPrefetchAhead;
-  if ((reinterpret_cast<uintptr_t>(p) & 63) < bytes)
-    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+  if ((reinterpret_cast<uintptr_t>(blk + kPrefetchAhead) & 63) < bytes) prefetch_run(blk, bytes);
 }
 
 // Rows [n0, n1) in tiles of up to 8 tokens: tile(TT, row, t0, out) computes

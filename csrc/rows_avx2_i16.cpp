@@ -226,7 +226,7 @@ AVX2 inline void row_tile_i16(const uint8_t* row, size_t n_chunks, const I16Acts
         const uint8_t* blk = row + c * block_bytes(F);
         float sc[8];
         eight_block_scales<F>(blk, a.d + c, sc);
-        for (size_t b = 0; b < 8 * block_bytes(F); b += 64) __builtin_prefetch(blk + kPrefetchAhead + b, 0, 3);
+        prefetch_run(blk, 8 * block_bytes(F));
         for (int j = 0; j < 8; ++j)
           chunk1_i16<F, Narrow>(blk + j * block_bytes(F), 0, &sc[j], a.q + 32 * (c + j), acc[0]);
         if constexpr (has_min(F)) {

@@ -109,7 +109,7 @@ AVX512 inline void rows_grouped(const uint8_t* const rows[R], size_t n_chunks, G
     const uint8_t* blks[R];
     for (int r = 0; r < R; ++r) blks[r] = rows[r] + off;
     if constexpr (R == 1 && TT <= 2)   // decode streams the row
-      for (size_t b = 0; b < gb; b += 64) __builtin_prefetch(blks[0] + kPrefetchAhead + b, 0, 3);
+      prefetch_run(blks[0], gb);
     group_rows<F, R, TT>(blks, int(std::min(kGroup, n_chunks - g)), a, c, acc);
   }
   GD_EACH_TOKEN
