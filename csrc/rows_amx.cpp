@@ -155,7 +155,7 @@ AVX512 void task_scales(Format f, const uint8_t* W, size_t rb, size_t nb, float*
     if (f == Format::IQ4_XS) {
       for (size_t sb = 0; sb < nb / 8; ++sb) {
         float d[8][2], m[8][2];
-        superblock_scales(f, row + bb * sb, d, m, x86::half_x86);
+        x86::iq4xs_superblock_scales(row + bb * sb, d, m, x86::half_x86);   // (superblock_scales' bits, inline)
         for (size_t j = 0; j < 8; ++j) ws[r * nb + 8 * sb + j] = d[j][0];
       }
       continue;
