@@ -53,14 +53,16 @@ for fmt in _kernels.formats():
             if fmt in ("q4_1", "q5_1", "q4_k") and t in (1, 8, 19):
                 # the same blocks with zero minimums (bytes 2..3: m, or the
                 # super-block's dmin)
-                raw = raw.copy()
-                raw.reshape(-1, BLOCK_SIZES[GGMLType[fmt.upper()]][1])[:, 2:4] = 0
-                y, w = np.empty_like(y), np.empty_like(w)
-                _kernels.matmul(fmt, raw, x, y, None, "avx2", "i16")
-                _kernels.dequantize(fmt, raw.reshape(-1), w.reshape(-1), "generic")
+                # (a copy of its own: the next token counts keep the minimums)
+                raw0 = raw.copy()
+                raw0.reshape(-1, BLOCK_SIZES[GGMLType[fmt.upper()]][1])[:, 2:4] = 0
+                y, w, alone = np.empty_like(y), np.empty_like(w), np.empty_like(alone)
+                _kernels.matmul(fmt, raw0, x, y, None, "avx2", "i16")
+                for i in range(t):
+                    _kernels.matmul(fmt, raw0, x[i:i + 1], alone[i:i + 1], None, "avx2", "i16")
+                _kernels.dequantize(fmt, raw0.reshape(-1), w.reshape(-1), "generic")
                 key += " m0"
-                out[key], out[key + " w"], out[key + " raw"], out[key + " x"] = y, w, raw, x
-                out[key + " alone"] = y      # (each token alone: checked with the minimums above)
+                out[key], out[key + " alone"], out[key + " w"], out[key + " raw"], out[key + " x"] = y, alone, w, raw0, x
 np.savez(sys.argv[1], **out)
 """
 EXTRA = (" alone", " x", " w", " raw")
