@@ -101,12 +101,22 @@ def test_cancel_stops_before_the_next_token(model):
 
 
 def test_chat_stream_deltas_add_up_to_the_reply(model):
-    stream = model.chat_stream([{"role": "user", "content": "Hi"}], max_tokens=60, date=DATE,
-                               sampling=SamplingParams(temperature=1.0, seed=3))
-    deltas = [e for e in stream if e.what == "delta"]
-    r = stream.reply
-    assert "".join(d.text for d in deltas if d.item.kind == "reasoning") == r.reasoning_content.replace("\n", "") \
-        or len([m for m in r.messages if m.channel == "analysis"]) > 1
+    # The random model writes no channel headers of its own: a JSON schema
+    # makes it open a channel (some seeds pick analysis) and a reasoning
+    # budget ends the analysis, so the reply holds reasoning and an answer.
+    for seed in range(16):
+        stream = model.chat_stream([{"role": "user", "content": "Hi"}], max_tokens=60, date=DATE,
+                                   sampling=SamplingParams(temperature=1.0, seed=seed), json_schema='{"type": "object"}',
+                                   reasoning_budget=20)
+        deltas = [e for e in stream if e.what == "delta"]
+        r = stream.reply
+        if r.reasoning_content and r.content:
+            break
+    else:
+        pytest.fail("no seed of 16 gave a reply with reasoning and an answer")
+    assert [m.channel for m in r.messages] == ["analysis", "final"]
+    assert "".join(d.text for d in deltas if d.item.kind == "reasoning") == r.reasoning_content
+    assert "".join(d.text for d in deltas if d.item.kind == "content") == r.content
     parsed = "".join(m.text for m in r.messages)
     assert "".join(d.text for d in deltas) == parsed
     assert stream.result.prompt_token_ids[-2:] == model.tokenizer.encode("<|start|>assistant", allow_special=True)

@@ -1,6 +1,7 @@
 """ollama's spellings on the command line: --think (alone, =level, =false),
 --hidethinking, --format json and --verbose, each equal to goosedump's own
 flag it stands for (the same prompt and tokens), and their misuses named."""
+import io
 import json
 import re
 import sys
@@ -27,8 +28,32 @@ def test_each_spelling_is_the_flag_it_stands_for(tiny_path):
     assert run(tiny_path, "--think", PROMPT) == plain == run(tiny_path, "--think=true", PROMPT)
     assert run(tiny_path, "--think=high", PROMPT) == run(tiny_path, "--reasoning-effort", "high", PROMPT) != plain
     assert run(tiny_path, "--think=false", PROMPT) == run(tiny_path, "--reasoning-budget", "0", PROMPT)
-    assert run(tiny_path, "--hidethinking", PROMPT) == plain
     assert run(tiny_path, "--format", "json", PROMPT) == run(tiny_path, "-j", '{"type": "object"}', PROMPT)
+
+
+@pytest.mark.parametrize("flag,shown", [(None, True), ("--hide-reasoning", False), ("--hidethinking", False)])
+def test_hiding_the_reasoning_reaches_the_printer(tiny_path, monkeypatch, flag, shown):
+    """The tiny model's random tokens carry no channel header, so its reply
+    holds no reasoning: each run's own printer (the one `run` made from its
+    flags) is handed a reasoning item and an answer after the reply."""
+    from goosedump import cli as cli_module, commands
+    from test_chat_cli import events
+    real = commands.print_reply
+    printers = []
+
+    def print_reply(stream, printer, interruptible=False):
+        real(stream, printer, interruptible)
+        printers.append(printer)
+        printer.out, printer.err = io.StringIO(), io.StringIO()
+        for ev in events(("reasoning", None, ["secret-thought"]), ("content", None, ["the-answer"])):
+            printer(ev)
+        printer.finish()
+    monkeypatch.setattr(commands, "print_reply", print_reply)
+    argv = ["run", tiny_path, "-n", "3", "--temp", "0", "--no-prompt-cache", *([flag] if flag else []), PROMPT]
+    assert cli_module.main(argv) == 0
+    (p,) = printers
+    assert p.out.getvalue() == "the-answer"
+    assert ("secret-thought" in p.err.getvalue()) == shown, p.err.getvalue()
 
 
 def test_verbose_prints_ollamas_timings(tiny_path):

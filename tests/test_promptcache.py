@@ -83,12 +83,15 @@ def test_corrupt_stale_and_foreign_entries_are_never_used(tiny_path, folder, tmp
     m.close()
     saved = entries(folder)
     assert saved
+    corrupt = {}
     for path in saved:                              # a flipped byte in every payload
         with open(path, "r+b") as f:
             f.seek(-100, os.SEEK_END)
             b = f.read(1)
             f.seek(-100, os.SEEK_END)
             f.write(bytes([b[0] ^ 0xFF]))
+        with open(path, "rb") as f:
+            corrupt[path] = f.read()
     ident_dir = os.path.dirname(saved[0])
     with open(os.path.join(ident_dir, "0" * 32 + SUFFIX), "wb") as f:
         f.write(b"not an entry at all")             # another format
@@ -96,7 +99,10 @@ def test_corrupt_stale_and_foreign_entries_are_never_used(tiny_path, folder, tmp
     r = m.generate(prompt, 8)
     assert r.cached_tokens == 0 and r.token_ids == expect
     assert m.prompt_cache.rejected == len(saved) + 1
-    assert all(p not in entries(folder) or os.path.getmtime(p) > 0 for p in saved)   # replaced by good ones
+    for p in saved:                                 # each removed, or replaced by a good one
+        if p in entries(folder):
+            with open(p, "rb") as f:
+                assert f.read() != corrupt[p], p
     m.close()
     m = load(tiny_path, folder)
     assert m.generate(prompt, 8).cached_tokens == len(prompt) - 1 and m.prompt_cache.rejected == 0

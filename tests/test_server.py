@@ -645,8 +645,10 @@ def test_metrics_count_requests_and_tokens(server, client):
     assert after[ok] - before.get(ok, 0) == 1 and after[bad] - before.get(bad, 0) == 1
     assert after["goosedump_generated_tokens_total"] - before["goosedump_generated_tokens_total"] == 7
     assert after["goosedump_prompt_tokens_total"] - before["goosedump_prompt_tokens_total"] == r.usage.prompt_tokens
-    assert after["goosedump_prompt_tokens_cached_total"] >= before["goosedump_prompt_tokens_cached_total"]
-    assert after['goosedump_generations_total{reason="max_tokens"}'] >= 1
+    cached = "goosedump_prompt_tokens_cached_total"
+    assert after[cached] - before.get(cached, 0) == r.usage.prompt_tokens_details.cached_tokens
+    stopped = 'goosedump_generations_total{reason="max_tokens"}'
+    assert after[stopped] - before.get(stopped, 0) == 1
     assert after["goosedump_tokens_per_second"] > 0
     for name in ("goosedump_expert_cache_hits_total", "goosedump_expert_cache_misses_total",
                  "goosedump_queue_length", "goosedump_active_requests", "goosedump_busy_seconds_total"):
