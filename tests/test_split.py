@@ -1,4 +1,5 @@
-"""Split GGUF sets as llama-gguf-split writes them: any part opens the set,
+"""Split GGUF sets as llama-gguf-split writes them (and gguf-py's writer,
+the independent one, of the same file; gguf-py's reader reads ours): any part opens the set,
 the tensors are the unsplit file's, generation equals it token for token
 (experts in place and streamed from their parts), and a set that does not fit
 together is a clear error naming the part."""
@@ -8,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+import gguf
 import numpy as np
 import pytest
 
@@ -28,16 +30,71 @@ def sets(tmp_path_factory, small_vocab):
     return whole, parts
 
 
+def gguf_py_split(whole, out, max_size: int) -> None:
+    """The split set gguf-py's own writer makes of a file (as
+    gguf_new_metadata.py copies one): the independent writer."""
+    r = gguf.GGUFReader(whole)
+    w = gguf.GGUFWriter(out, r.fields["general.architecture"].contents(), split_max_size=max_size)
+    for field in r.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        w.add_key_value(field.name, field.contents(), kind,
+                        sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    for t in r.tensors:
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def gguf_py_parts(sets, tmp_path_factory):
+    whole, _ = sets
+    d = tmp_path_factory.mktemp("gguf_py_split")
+    gguf_py_split(whole, d / "g.gguf", 60_000)
+    return sorted(d.glob("g-*-of-*.gguf"))
+
+
 def test_the_parts_and_their_keys(sets):
-    _, parts = sets
+    whole, parts = sets
     n = len(parts)
     assert n >= 3 and [p.name for p in parts] == [f"m-{k:05d}-of-{n:05d}.gguf" for k in range(1, n + 1)]
+    whole_set, whole_file = GGUFFile(parts[0]), GGUFFile(whole)
+    seen = []
     for k, p in enumerate(parts):
         f = GGUFFile(p, whole_set=False)
         assert (f.get("split.no"), f.get("split.count")) == (k, n)
         assert f.fields["split.no"].type == ValueType.UINT16 and f.fields["split.tensors.count"].type == ValueType.INT32
         # only the first part carries the model's metadata
         assert ("general.architecture" in f) == (k == 0)
+        # gguf-py reads each part so too, its split keys in their types and its tensors' bytes
+        r = gguf.GGUFReader(p)
+        keys = gguf.Keys.Split
+        assert [(r.fields[key].contents(), r.fields[key].types) for key in
+                (keys.LLM_KV_SPLIT_NO, keys.LLM_KV_SPLIT_COUNT, keys.LLM_KV_SPLIT_TENSORS_COUNT)] == [
+            (k, [gguf.GGUFValueType.UINT16]), (n, [gguf.GGUFValueType.UINT16]),
+            (len(whole_file.tensors), [gguf.GGUFValueType.INT32])]
+        for t in r.tensors:
+            seen.append(t.name)
+            assert whole_set.tensors[t.name].part == k
+            np.testing.assert_array_equal(np.asarray(t.data).view(np.uint8).reshape(-1),
+                                          whole_file.tensor_bytes(t.name).reshape(-1))
+    assert seen == list(whole_file.tensors)
+
+
+@pytest.mark.parametrize("which", [0, 1, -1])
+def test_a_set_split_by_gguf_py_opens_and_runs(sets, gguf_py_parts, which):
+    whole, _ = sets
+    parts = gguf_py_parts
+    assert len(parts) >= 3
+    a, b = GGUFFile(whole), GGUFFile(parts[which])
+    assert b.path == os.fspath(parts[0]) and len(b.parts) == len(parts) and list(b.tensors) == list(a.tensors)
+    for name in a.tensors:
+        np.testing.assert_array_equal(b.tensor_bytes(name), a.tensor_bytes(name))
+    want = goosedump.load(whole).generate(PROMPT, max_tokens=8).token_ids
+    assert goosedump.load(parts[which], expert_cache=1 << 20).generate(PROMPT, max_tokens=8).token_ids == want
 
 
 @pytest.mark.parametrize("which", [0, 1, -1])
