@@ -35,13 +35,34 @@ if {acts == 'i8'!r}:   # llama.cpp's choice: activations rounded to int8 per 32-
         b = x.reshape(x.shape[0], -1, 32)
         d = np.abs(b).max(-1, keepdims=True) / 127
         return (np.round(b / np.where(d == 0, 1, d)) * d).reshape(x.shape).astype(np.float32)
-    matmul = F._kernels.matmul
-    class K:
+    matmul, argmax = F._kernels.matmul, F._kernels.matvec_argmax
+    class K:   # every product's activations: the dense matrices', the experts' (both layers), the head's argmax
         def __getattr__(self, n):
             return getattr(F._kernels_real, n)
         @staticmethod
         def matmul(fmt, w, x, out, bias=None, impl="auto", acts="f32"):
-            return matmul(fmt, w, np.ascontiguousarray(q8(x)), out, bias, impl, acts)
+            return matmul(fmt, w, np.ascontiguousarray(q8(x)), out, bias, impl, "f32")
+        @staticmethod
+        def matvec_argmax(fmt, w, x, impl="auto", acts="f32"):
+            return argmax(fmt, w, np.ascontiguousarray(q8(x[None])[0]), impl, "f32")
+        @staticmethod
+        def moe(gate_fmt, gate, gate_bias, up_fmt, up, up_bias, down_fmt, down, down_bias, h, experts, weights,
+                out, alpha, limit, impl="auto", acts="f32"):
+            # the kernel's expert, each product's input rounded first: gate and
+            # up (gate clamped above, up both ways), g sigmoid(alpha g) (u + 1), down
+            def product(fmt, w, b, x):
+                y = np.empty((1, w.shape[0]), np.float32)
+                matmul(fmt, w, np.ascontiguousarray(q8(x)), y, b, impl, "f32")
+                return y
+            for t in range(h.shape[0]):
+                acc = np.zeros(h.shape[1], np.float32)
+                for j in range(experts.shape[1]):
+                    e = experts[t, j]
+                    g = np.minimum(product(gate_fmt, gate[e], gate_bias[e], h[t:t + 1]), np.float32(limit))
+                    u = np.clip(product(up_fmt, up[e], up_bias[e], h[t:t + 1]), -limit, limit).astype(np.float32)
+                    a = (g / (1 + np.exp(-alpha * g)) * (u + 1)).astype(np.float32)
+                    acc += np.float32(weights[t, j]) * product(down_fmt, down[e], down_bias[e], a)[0]
+                out[t] = acc
     F._kernels_real = F._kernels
     F._kernels = K()
 for name, (cfg, n) in sorted(CONFIGS.items()):
@@ -96,7 +117,8 @@ def main() -> int:
     for acts in ("f32", "i16", "i8"):
         for name, err, same in agreement(acts):
             print(f"{acts:12s} {name:28s} {err:26.2e} {same:>17d}/40")
-    print("\nmatrix-vector speed, 2880 x 23040 weights, 2 threads:")
+    from goosedump import _kernels
+    print(f"\nmatrix-vector speed, 2880 x 23040 weights, {_kernels.num_threads()} threads:")
     for (fmt, acts), gbs in speed().items():
         print(f"  {fmt:6s} {acts}: {gbs:6.2f} GB/s")
     return 0

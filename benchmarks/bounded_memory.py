@@ -290,13 +290,13 @@ def main() -> int:
               f"{lc.get('decode_tps', float('nan')):.4f} tok/s, peak {format_bytes(lc['peak_bytes'])} "
               f"{lc.get('prefill_error', '')} {lc.get('decode_error', '')}", flush=True)
     print(f"\n| engine | budget | prefill tok/s | decode tok/s | hit rate | bytes read / decode token | "
-          f"disk bound | of bound | major faults / decode token | peak (cgroup) |")
+          f"the probe's bound | of that bound | major faults / decode token | peak (cgroup) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in good:
         # decode alone: the bytes its tokens read, its hit rate; the bound: those bytes at the disk's speed
         # with the store's reads in flight
-        steps = r["n_decode"] + 1
-        tok_bytes = r["decode_bytes"] / steps
+        # (decode runs one step a token after the first, which prefill's step gives)
+        tok_bytes = r["decode_bytes"] / r["n_decode"]
         asked = r["decode_hits"] + r["decode_misses"]
         gbs = bw.get(read_threads) or max(bw.values(), default=0)
         bound = gbs * 1e9 / tok_bytes if tok_bytes and gbs else float("inf")

@@ -1,6 +1,7 @@
 """Decode speed when another process is busy: goosedump and llama.cpp with 1
 and 2 threads, alone and beside one busy process pinned to one core, side by
-side in one run (conditions alternate, so the machine's drift hits all alike).
+side in one run (conditions alternate, their order reversed on odd reps, so the machine's drift
+hits all alike).
 
     python benchmarks/contention.py [--model tiny.gguf] [--model synth-20b.gguf ...]
                                     [--gen 32] [--reps 2] [--llama-bench PATH]
@@ -22,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from goosedump.machine import cpu_name
+from goosedump.machine import cpu_count, cpu_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -71,14 +72,15 @@ def main() -> int:
     engines = {"goosedump": goosedump_tps}
     if args.llama_bench and os.path.exists(args.llama_bench):
         engines["llama.cpp"] = lambda m, t, g: llama_tps(args.llama_bench, m, t, g)
-    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores); busy process: a spin loop pinned to core 0")
+    print(f"CPU: {cpu_name()} ({cpu_count()} CPUs); busy process: a spin loop pinned to core 0")
     rows = {}
     try:
         for rep in range(args.reps):
+            turn = (lambda xs: xs) if rep % 2 == 0 else (lambda xs: xs[::-1])   # odd reps: every order reversed
             for model in models:
-                for busy in (False, True):
-                    for name, fn in engines.items():
-                        for threads in (1, 2):
+                for busy in turn([False, True]):
+                    for name, fn in turn(list(engines.items())):
+                        for threads in turn([1, 2]):
                             if busy:
                                 with Busy():
                                     v = fn(model, threads, args.gen)

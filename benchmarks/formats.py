@@ -23,7 +23,7 @@ from goosedump.machine import cpu_name
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--mb", type=int, default=1200, help="weights per format, in MB (default 1200)")
+    ap.add_argument("--mb", type=int, default=1200, help="weights per format, in MiB (default 1200)")
     ap.add_argument("--formats", default=",".join(_kernels.formats()))
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()

@@ -3,11 +3,12 @@ on goosedump replicas, with and without session affinity.
 
     python benchmarks/replicas.py MODEL.gguf [--replicas 2] [--conversations 8] [--turns 4] [--threads 1]
 
-Starts `goosedump serve MODEL --replicas N` (a local Ray cluster), then runs
-the same load twice: --conversations conversations of --turns turns each,
-their turns interleaved (every conversation's turn 1, then every turn 2,
-...), each turn sending the whole conversation so far; once with an
-`X-Session-Id` header per conversation, once without. Prints prompt tokens,
+Runs the same load twice, each on a fresh `goosedump serve MODEL --replicas N
+--no-prompt-cache` (a local Ray cluster; so neither pass finds the other's
+caches, in the replicas' memory or on disk): --conversations conversations of
+--turns turns each, their turns interleaved (every conversation's turn 1,
+then every turn 2, ...), each turn sending the whole conversation so far;
+once with an `X-Session-Id` header per conversation, once without. Prints prompt tokens,
 cached tokens and their share, the replicas each conversation met, and
 requests/s, from the responses' usage and X-Goosedump-Replica headers.
 """
@@ -78,6 +79,25 @@ def run_load(client: openai.OpenAI, conversations: int, turns: int, affinity: bo
             "requests_per_s": conversations * turns / dt}
 
 
+def served_load(args: argparse.Namespace, affinity: bool) -> dict:
+    """One pass of the load on a server of its own."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "goosedump", "serve", args.model, "--port", str(port),
+                             "--replicas", str(args.replicas), "--threads", str(args.threads), "--model-name", "m",
+                             "--ctx", "2048", "--no-prompt-cache"], env=env, start_new_session=True)
+    try:
+        wait_ready(base, args.replicas, proc)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=300)
+        return run_load(client, args.conversations, args.turns, affinity, args.max_tokens)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+        subprocess.run(["ray", "stop", "--force"], capture_output=True,
+                       env={**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + env["PATH"]})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -87,23 +107,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=8)
     args = ap.parse_args()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "goosedump", "serve", args.model, "--port", str(port),
-                             "--replicas", str(args.replicas), "--threads", str(args.threads), "--model-name", "m",
-                             "--ctx", "2048"], env=env, start_new_session=True)
-    try:
-        wait_ready(base, args.replicas, proc)
-        client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=300)
-        rows = {}
-        for affinity in (False, True):
-            rows[affinity] = run_load(client, args.conversations, args.turns, affinity, args.max_tokens)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
-        subprocess.run(["ray", "stop", "--force"], capture_output=True,
-                       env={**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + env["PATH"]})
+    rows = {affinity: served_load(args, affinity) for affinity in (False, True)}
     print(f"\nCPU: {cpu_description()}")
     print(f"{os.path.basename(args.model)}: {args.replicas} replicas of {args.threads} thread(s), "
           f"{args.conversations} conversations x {args.turns} turns (turns 2.. counted), {args.max_tokens} tokens "

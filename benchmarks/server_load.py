@@ -56,7 +56,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """python -m goosedump.server on a free port, until stopped."""
+    """python -m goosedump serve on a free port, until stopped."""
 
     def __init__(self, args, replicas: int | None = None):
         self.port = free_port()

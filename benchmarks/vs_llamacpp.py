@@ -255,9 +255,18 @@ def main() -> int:
               f"{args.threads * amx_peak / 1e9:.1f} G/s on {args.threads}")
     print(f"{'engine':10s} {'prefill tok/s':>18s} {'decode tok/s':>18s} {'peak RSS MiB':>13s} {'of bound':>9s} "
           f"{'prefill GMAC/s':>15s} {'of int16 peak':>14s}")
+    # The same runs in the table and the ratios: the pairs whose two runs are
+    # both clean (or every pair, said so, where none is); one engine alone, its clean runs.
+    pairs, label = [], ""
+    if other in runs:
+        every = list(zip(runs["goosedump"], runs[other]))
+        pairs = [(g, o) for g, o in every if not (g["contaminated"] or o["contaminated"])]
+        label = f"{len(pairs)} clean pair(s)" if pairs else f"all {len(every)} pair(s): none clean"
+        pairs = pairs or every
+    used = {"goosedump": [g for g, _ in pairs], other: [o for _, o in pairs]} if pairs else {}
     summary = {}
     for engine, rs in runs.items():
-        clean = [r for r in rs if not r["contaminated"]] or rs
+        clean = used.get(engine) or [r for r in rs if not r["contaminated"]] or rs
         s = {k: statistics.mean(r[k] for r in clean) for k in ("prefill_tps", "decode_tps", "peak_rss_mib")}
         s["prefill_sd"] = statistics.stdev([r["prefill_tps"] for r in clean]) if len(clean) > 1 else 0.0
         s["decode_sd"] = statistics.stdev([r["decode_tps"] for r in clean]) if len(clean) > 1 else 0.0
@@ -267,6 +276,7 @@ def main() -> int:
         if amx_peak and engine == "goosedump":
             s["fraction_of_amx_peak"] = s["prefill_tps"] * macs / (args.threads * amx_peak)
         s["clean_runs"] = len([r for r in rs if not r["contaminated"]])
+        s["runs_used"] = len(clean)
         summary[engine] = s
         print(f"{engine:10s} {s['prefill_tps']:10.2f} ± {s['prefill_sd']:5.2f} {s['decode_tps']:10.2f} ± "
               f"{s['decode_sd']:5.2f} {s['peak_rss_mib']:13.0f} {100 * s['fraction_of_bound']:8.0f}% "
@@ -274,14 +284,12 @@ def main() -> int:
     if "fraction_of_amx_peak" in summary.get("goosedump", {}):
         print(f"goosedump's prefill: {100 * summary['goosedump']['fraction_of_amx_peak']:.0f}% of the AMX peak")
     ratios = {}
-    if other in runs:
-        pairs = [(g, o) for g, o in zip(runs["goosedump"], runs[other])
-                 if not (g["contaminated"] or o["contaminated"])] or list(zip(runs["goosedump"], runs[other]))
+    if pairs:
         for key, name in (("prefill_tps", "prefill"), ("decode_tps", "decode"), ("peak_rss_mib", "peak RSS")):
             r = [g[key] / o[key] for g, o in pairs]
             ratios[name] = {"mean": statistics.mean(r), "min": min(r), "max": max(r)}
             print(f"goosedump / {other} {name:9s}: {statistics.mean(r):.2f}x (min {min(r):.2f}, "
-                  f"max {max(r):.2f}, {len(pairs)} clean pair(s))")
+                  f"max {max(r):.2f}, {label})")
     print(json.dumps({"cpu": cpu_description(), "summary": summary, "ratios": ratios, "bandwidth_gbs": bw,
                       "decode_bytes_per_token": per_token, "prefill_macs_per_token": macs,
                       "int16_peak_macs_per_thread": peak, "amx_peak_macs_per_thread": amx_peak,

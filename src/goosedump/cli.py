@@ -73,13 +73,17 @@ def _add_model(p: argparse.ArgumentParser, positional: bool = True) -> None:
                    help="with -hf REPO: the file in it (llama.cpp's flag; the same as the name REPO:FILE)")
 
 
-def _add_expert_cache(p: argparse.ArgumentParser) -> None:
+def _add_expert_cache(p: argparse.ArgumentParser, budget_only: bool = False) -> None:
+    """--expert-cache; with budget_only (inspect, which runs nothing) not the
+    flags of how a run reads its weights."""
     p.add_argument("--expert-cache", metavar="SIZE|auto", default=None,
                    help=f"expert cache budget: an integer followed by M or G (1M..1024G), or auto: every expert in "
                         f"memory where they fit beside the dense weights, KV cache and scratch in the memory "
                         f"available (the memory cgroup's limit or MemAvailable, less a margin of 768 MiB + 5%%), "
                         f"else that room as the cache, streaming the rest; printed at start "
                         f"(default: ${ENV_EXPERT_CACHE}, else auto)")
+    if budget_only:
+        return
     p.add_argument("--page-cache", action="store_true",
                    help="leave the experts' pages in the OS page cache after reading (faster while RAM is "
                         "free; the footprint is then bounded by the OS, not the budget)")
@@ -105,8 +109,8 @@ def _add_chat_options(p: argparse.ArgumentParser) -> None:
                    help="ollama's spelling (--think alone is --think=true): a level is --reasoning-effort, false "
                         "is --reasoning-budget 0 (no reasoning), true changes nothing (gpt-oss always reasons)")
     p.add_argument("--verbose", action="store_true",
-                   help="after each answer, its counts and timings as ollama prints them (total duration, "
-                        "prompt eval count and rate, eval count and rate)")
+                   help="after each answer, its counts and timings as ollama prints them (total and load "
+                        "duration, prompt eval count, duration and rate, eval count, duration and rate)")
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -299,7 +303,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
     i = add("inspect", "describe a model file and the memory a run needs", file_commands.cmd_inspect)
     _add_model(i)
-    _add_expert_cache(i)
+    _add_expert_cache(i, budget_only=True)
     i.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", type=int, default=4096,
                    help="context length for the estimate (default 4096)")
     i.add_argument("--json", action="store_true", help="print one JSON object")

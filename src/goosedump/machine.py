@@ -1,5 +1,5 @@
 """What the machine is, for every figure a benchmark prints: the CPU model,
-its cores and the instruction sets the kernels care about, from
+the logical CPUs this process may use and the instruction sets the kernels care about, from
 /proc/cpuinfo (x86's `model name`/`flags`, ARM's `Model`/`Features`)."""
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import platform
 
 ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512vbmi", "avx_vnni", "avx512_bf16", "amx_tile",
              "amx_int8", "amx_bf16", "asimd", "asimddp", "sve")
-AMX_NOTE = ("AMX tiles: MXFP4's, Q8_0's, Q4_0's and Q5_0's products of 16 tokens and more (prefill's experts and attention), "
-            "the same bits (GOOSEDUMP_AMX=0 keeps them off)")
+# (the formats as csrc/matmul.h's grouped_acts and byte_codes name them)
+AMX_NOTE = ("AMX tiles: the products of 16 tokens and more (prefill's experts and attention) of every block format but "
+            "Q2_K, Q3_K and Q6_K (MXFP4 as bf16, the others as int8), the same bits (GOOSEDUMP_AMX=0 keeps them off)")
 
 
-NO_VBMI_NOTE = ("AVX-512 without VBMI (this CPU lacks it, or GOOSEDUMP_AVX512_VBMI=0): MXFP4's, Q8_0's, Q4_0's and Q5_0's kernels "
-                "gather their bytes by qword and word permutes (MXFP4: and shifts), the same bits")
+NO_VBMI_NOTE = ("AVX-512 without VBMI (this CPU lacks it, or GOOSEDUMP_AVX512_VBMI=0): the kernels of every block format "
+                "but Q2_K and Q3_K gather their bytes by qword and word permutes (MXFP4: and shifts), the same bits")
 
 
 def avx512_without_vbmi() -> bool:
@@ -50,7 +51,16 @@ def cpu_name() -> str:
     return _cpuinfo()[0]
 
 
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity; a container's share),
+    not the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def cpu_description() -> str:
-    """'MODEL (N cores; flag flag ...)'."""
+    """'MODEL (N CPUs; flag flag ...)': N logical CPUs this process may use."""
     name, flags = _cpuinfo()
-    return f"{name} ({os.cpu_count()} cores; {' '.join(f for f in ISA_FLAGS if f in flags) or 'no SIMD flags'})"
+    return f"{name} ({cpu_count()} CPUs; {' '.join(f for f in ISA_FLAGS if f in flags) or 'no SIMD flags'})"

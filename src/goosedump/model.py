@@ -277,8 +277,9 @@ def load(path: str | os.PathLike, n_ctx: int | None = None, threads: int | None 
     """Open a GPT-OSS GGUF file: metadata, config, tensor checks, tokenizer.
     n_ctx: the context a generation may fill (default min(4096, the model's));
     threads: threads for the kernels (default one per core); expert_cache: the
-    expert cache budget in bytes or as "2G" (default $GOOSEDUMP_EXPERT_CACHE_SIZE,
-    else 2G; a budget covering every expert uses them in place); page_cache:
+    expert cache budget in bytes, as "2G" or "auto" (default
+    $GOOSEDUMP_EXPERT_CACHE_SIZE, else auto; a budget covering every expert
+    uses them in place); page_cache:
     leave the experts' pages in the OS page cache after reading them. options:
     all runtime settings at once (goosedump.options.Options), instead of
     threads, expert_cache and page_cache."""
