@@ -454,3 +454,65 @@ def test_unused_tokens_never_reach_the_text(tiny_path, tiny_model):
     normal = 1000
     assert set(ids_of(cli("run", tiny_path, "--raw", "-p", "Hi", "-n", "4", "--json", "--temp", "0",
                           f"--logit-bias={normal}+100"))) == {normal}
+
+
+def test_output_files_are_checked_before_the_run(tiny_path, tmp_path):
+    """--profile-out and --routing-trace never overwrite the model (or write
+    into a folder, or a folder that is not there), and say so before any
+    work; the model's bytes stay as they were."""
+    import shutil
+    model = tmp_path / "m.gguf"
+    shutil.copyfile(tiny_path, model)
+    before = model.read_bytes()
+    for cmd in (["run", str(model), "-p", "hi", "-n", "2", "--routing-trace", str(model)],
+                ["run", str(model), "-p", "hi", "-n", "2", "--profile-out", str(model)],
+                ["bench", str(model), "-p", "4", "-n", "2", "-r", "1", "--profile-out", str(model)]):
+        fail(cli(*cmd), cmd[-2], "that is the model's file")
+    assert model.read_bytes() == before
+    fail(cli("run", str(model), "-p", "hi", "-n", "2", "--profile-out", str(tmp_path)), "--profile-out", "is a folder")
+    fail(cli("run", str(model), "-p", "hi", "-n", "2", "--routing-trace", str(tmp_path / "no" / "t.json")),
+         "--routing-trace", "does not exist")
+
+
+def test_flag_files_and_the_prompt_cache_folder_are_checked(tiny_path):
+    fail(cli("run", tiny_path, "-f", "/dev/zero", "-n", "2"), "-f/--file /dev/zero", "more than 64 MiB")
+    fail(cli("run", tiny_path, "-p", "hi", "-j", "/dev/zero"), "-j/--json-schema /dev/zero", "more than 64 MiB")
+    fail(cli("run", tiny_path, "-p", "hi", "-n", "2", "--prompt-cache", "/dev/null"), "--prompt-cache /dev/null",
+         "not a folder")
+    fail(cli("run", tiny_path, "-p", "hi", "-n", "2", env={"GOOSEDUMP_PROMPT_CACHE": "/dev/null"}),
+         "$GOOSEDUMP_PROMPT_CACHE /dev/null", "not a folder")
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("inspect", "{m}", "-c", "-1"), ("-c/--ctx must be at least 1", "got -1")),
+    (("inspect", "{m}", "-c", "99999999"), ("-c/--ctx 99999999 is more than the model's context length",)),
+    (("bench", "{m}", "-p", "1,,2", "-n", "1"), ("-p/--prompt-tokens takes integers", "'1,,2'")),
+    (("bench", "{m}", "-p", "1,", "-n", "1"), ("-p/--prompt-tokens takes integers", "'1,'")),
+    (("bench", "{m}", "-t", "0,-1", "-p", "1", "-n", "1"), ("-t/--threads must be at least 0, got -1",)),
+    (("bench", "{m}", "-p", "99999999", "-n", "1"), ("-p 99999999 and -n 1 need a context of 100000001",)),
+])
+def test_inspect_and_bench_name_the_value(tiny_path, args, needles):
+    fail(cli(*[a.format(m=tiny_path) for a in args]), *needles)
+
+
+def test_inspect_ctx_zero_is_the_models_own(tiny_path):
+    import json as _json
+    out = cli("inspect", tiny_path, "-c", "0", "--json")
+    assert out.returncode == 0, out.stderr
+    r = _json.loads(out.stdout)
+    assert r["memory"]["ctx"] == r["hyperparameters"]["context_length"] > 0
+
+
+def test_serve_names_a_bad_host_not_the_port(tiny_path):
+    # (192.0.2.1: TEST-NET-1, documentation only, no machine's address)
+    fail(cli("serve", tiny_path, "--host", "999.1.1.1", "--port", "23457", timeout=60), "--host 999.1.1.1")
+    out = fail(cli("serve", tiny_path, "--host", "192.0.2.1", "--port", "23457", timeout=60),
+               "--host 192.0.2.1", "not an address of this machine")
+    assert "--port" not in out
+
+
+def test_a_prompt_or_value_may_start_with_a_dash(tiny_path):
+    """A flag's value is not a flag, whatever it starts with (a prompt that
+    begins with '- '); an unknown flag is still named."""
+    assert ids_of(cli("run", tiny_path, "-p", "- list three fruits", "-n", "2", "--json", "--temp", "0"))
+    fail(cli("run", tiny_path, "-n", "2", "--bogus", "-p", "hi"), "unrecognized arguments: --bogus")

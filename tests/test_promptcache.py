@@ -117,6 +117,26 @@ def test_corrupt_stale_and_foreign_entries_are_never_used(tiny_path, folder, tmp
     o.close()
 
 
+def test_a_file_edited_outside_the_samples_is_another_model(tiny_path, tmp_path):
+    """The same size, the same three sampled MiB, one byte changed between
+    them (a tensor edited in place): another identity, by the file's time."""
+    from goosedump.gguf import GGUFFile
+    import shutil
+    copy = tmp_path / "copy.gguf"
+    shutil.copyfile(tiny_path, copy)
+    st = os.stat(tiny_path)
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    size, mib = st.st_size, 1 << 20
+    assert size > 5 * mib
+    assert model_identity(GGUFFile(copy), "i16") == model_identity(GGUFFile(tiny_path), "i16")   # the same bytes
+    with open(copy, "r+b") as f:          # a byte of tensor data between the middle sample and the end one
+        f.seek(size * 3 // 4)
+        b = f.read(1)
+        f.seek(size * 3 // 4)
+        f.write(bytes([b[0] ^ 0x40]))
+    assert model_identity(GGUFFile(copy), "i16") != model_identity(GGUFFile(tiny_path), "i16")
+
+
 def identity_under(env: dict, path: str) -> str:
     code = ("import sys; from goosedump.gguf import GGUFFile; from goosedump.promptcache import model_identity; "
             "print(model_identity(GGUFFile(sys.argv[1]), 'i16'))")

@@ -18,19 +18,23 @@ import numpy as np
 from . import _kernels
 from .machine import AMX_NOTE, NO_VBMI_NOTE, amx_in_use, avx512_without_vbmi
 from .budget import format_bytes
-from .commands import UsageError, check_threads, load_model, say_budget, write_profile
+from .commands import UsageError, check_output, check_threads, load_model, say_budget, write_profile
 from .terminal import print_cache, print_profile
 
 
 def int_list(text: str | None, flag: str, minimum: int) -> list[int | None]:
     if text is None:
         return [None]
+    items = str(text).split(",")
     try:
-        values = [int(x) for x in str(text).split(",") if x.strip()]
+        if any(not x.strip() for x in items):
+            raise ValueError
+        values = [int(x) for x in items]
     except ValueError:
         raise UsageError(f"{flag} takes integers, comma-separated for several (e.g. 128,512), got {text!r}") from None
-    if not values or any(v < minimum for v in values):
-        raise UsageError(f"{flag} must be at least {minimum}, got {text!r}")
+    low = [v for v in values if v < minimum]
+    if low:
+        raise UsageError(f"{flag} must be at least {minimum}, got {low[0]}" + (f" (in {text!r})" if len(values) > 1 else ""))
     return values
 
 
@@ -68,8 +72,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for t in threads[1:]:
         check_threads(t)
     args.ctx = max(prompts) + max(gens) + 1
+    args.ctx_said = f"-p {max(prompts)} and -n {max(gens)} need a context of {args.ctx}, which"
     args.threads = threads[0]
+    check_output(args.profile_out, "--profile-out")
     model = load_model(args)
+    check_output(args.profile_out, "--profile-out", model)
     say_budget(model)
     profile = args.profile or bool(args.profile_out)
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 from collections import OrderedDict, defaultdict
 from typing import Iterable, Sequence
 
@@ -29,6 +30,8 @@ def read_trace(path: str) -> tuple[dict, Trace]:
     as `goosedump run --routing-trace` writes them."""
     out: Trace = []
     meta: dict = {}
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"{path} is not a file; {TRACE_FORM}")
     with open(path, "rb") as f:
         head = f.read(4)
     if head == b"GGUF":

@@ -358,16 +358,24 @@ def unknown_flags(sub: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """The flags in argv that the subcommand does not know (before argparse
     complains of a missing argument instead)."""
     out = []
+    opts = sub._option_string_actions
+    value_next = False
     for a in argv:
         if a == "--":
             break
+        if value_next:              # a flag's value, whatever it starts with (-p "- a list", -l -5)
+            value_next = False
+            continue
         if a.startswith("-") and len(a) > 1 and not a.lstrip("-").replace(".", "", 1).isdigit():
             flag = a.split("=", 1)[0]
-            opts = sub._option_string_actions
+            if any(ch.isspace() for ch in flag):
+                continue            # words, not a flag: a prompt's own text
             known = flag in opts or (flag.startswith("--") and any(o.startswith(flag) for o in opts)) or (
                 not flag.startswith("--") and flag[:2] in opts)     # an abbreviation; -n5, -t2
             if not known:
                 out.append(a)
+            elif flag in opts and "=" not in a and opts[flag].nargs != 0:
+                value_next = True
     return out
 
 

@@ -5,6 +5,7 @@ exceptions that cli.main turns into one line."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -69,11 +70,13 @@ def load_model(args: argparse.Namespace):
         raise UsageError(f"-c/--ctx must be at least 1 (or 0: the model's own context length), got {ctx}")
     # the prompt cache is on by default for run, chat and serve (the flag,
     # else the environment, else the user's cache folder); off elsewhere
-    prompt_cache = getattr(args, "prompt_cache", "off")
+    prompt_cache, said = getattr(args, "prompt_cache", "off"), "--prompt-cache"
     if prompt_cache is None:
         from .options import ENV_PROMPT_CACHE
         from .promptcache import default_folder
-        prompt_cache = os.environ.get(ENV_PROMPT_CACHE) or default_folder()
+        prompt_cache, said = (os.environ.get(ENV_PROMPT_CACHE), f"${ENV_PROMPT_CACHE}") if \
+            os.environ.get(ENV_PROMPT_CACHE) else (default_folder(), "the default prompt cache")
+    check_prompt_cache_folder(prompt_cache, said)
     options = Options.from_env(expert_cache=args.expert_cache, threads=threads,
                                page_cache=getattr(args, "page_cache", False), prompt_cache=prompt_cache,
                                prompt_cache_size=getattr(args, "prompt_cache_size", None),
@@ -84,8 +87,8 @@ def load_model(args: argparse.Namespace):
         ctx = args.ctx = model.config.context_length
     if ctx is not None:
         if ctx > model.config.context_length:
-            raise UsageError(f"-c/--ctx {ctx} is more than the model's context length "
-                             f"{model.config.context_length}")
+            said = getattr(args, "ctx_said", None) or f"-c/--ctx {ctx}"
+            raise UsageError(f"{said} is more than the model's context length {model.config.context_length}")
         model.n_ctx = ctx
     return model
 
@@ -152,6 +155,32 @@ def check_date(date: str | None) -> str | None:
     return date
 
 
+def check_output(path: str | None, flag: str, model=None) -> None:
+    """An output file a flag names (--profile-out, --routing-trace), checked
+    before the run that would fill it: not a folder, in a folder that is
+    there and writable, and never the model's own file (or a part of it)."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a folder; name a file to write")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"{flag} {path}: not writable")
+    if model is not None and os.path.exists(path):
+        for part in model.file.parts:
+            if os.path.samefile(path, part.path):
+                raise UsageError(f"{flag} {path}: that is the model's file; name another to write")
+
+
+def check_prompt_cache_folder(folder: str | None, flag: str = "--prompt-cache") -> None:
+    """The prompt cache's folder: one that exists must be a folder (one that
+    does not is made when the first entry is written)."""
+    if folder and folder != "off" and os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"{flag} {folder}: not a folder (give a folder for the cache, or --no-prompt-cache)")
+
+
 def write_profile(path: str, model, profile: dict) -> None:
     """The profile as JSON for `goosedump plot` and for comparing runs."""
     doc = {**profile, "model": model.path}
@@ -162,13 +191,20 @@ def write_profile(path: str, model, profile: dict) -> None:
 
 # --- run -------------------------------------------------------------------------
 
+MAX_FLAG_FILE = 64 << 20   # a prompt, schema or grammar file is read whole: far past any context's text
+
+
 def read_flag_file(path: str, flag: str, unreadable: str = "{}") -> str:
     """The text of the file a flag names (-f, -j, --grammar); an error names the
     flag and the file: one it cannot open by `unreadable` (its {} the reason),
-    one that is not UTF-8 by the byte where it fails."""
+    one that is not UTF-8 by the byte where it fails, one past MAX_FLAG_FILE
+    (/dev/zero, a model file given by mistake) by its size."""
     try:
         with open(path, encoding="utf-8") as f:
-            return f.read()
+            text = f.read(MAX_FLAG_FILE + 1)
+        if len(text) > MAX_FLAG_FILE:
+            raise UsageError(f"{flag} {path}: more than {MAX_FLAG_FILE >> 20} MiB of text; is it the right file?")
+        return text
     except OSError as e:
         raise UsageError(f"{flag} {path}: {unreadable.format(e.strerror or e)}") from None
     except UnicodeDecodeError as e:
@@ -262,8 +298,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--reasoning-budget must be 0 or more tokens, got {args.reasoning_budget}")
         if not chat:
             raise UsageError("--reasoning-budget needs the chat format (leave out --raw and --prompt-ids)")
+    outputs = ((args.profile_out, "--profile-out"), (args.routing_trace, "--routing-trace"))
+    for path, flag in outputs:
+        check_output(path, flag)
     started = time.perf_counter()
     model = load_model(args)
+    for path, flag in outputs:
+        check_output(path, flag, model)
     check_vocab(sampling, model)
     say_budget(model)
     model.stepper             # (mapped now: --verbose's load duration)
@@ -367,7 +408,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:                        # a port in use is said before anything loads
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
             probe.bind((args.host, args.port))
+    except socket.gaierror as e:   # (the host, not the port: no such name or address)
+        raise UsageError(f"--host {args.host}: {e.strerror or e} (an address of this machine, e.g. 127.0.0.1 "
+                         f"or 0.0.0.0)") from None
     except OSError as e:
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise UsageError(f"--host {args.host}: not an address of this machine ({e.strerror})") from None
         raise UsageError(f"--port {args.port} on {args.host}: {e.strerror or e} (another server may be "
                          f"listening there): choose another with --port") from None
     replicas = getattr(args, "replicas", None)
@@ -394,9 +440,12 @@ def api_key_from(path: str) -> str:
     """serve's --api-key-file: the key on its first line."""
     try:
         with open(path, encoding="utf-8") as f:
-            key = f.readline().strip()
+            line = f.readline(4097)
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--api-key-file {path}: {getattr(e, 'strerror', None) or e}") from None
+    if len(line) > 4096:
+        raise UsageError(f"--api-key-file {path}: its first line is longer than 4096 characters (a key is one line)")
+    key = line.strip()
     if not key:
         raise UsageError(f"--api-key-file {path}: its first line is empty (the file should hold the key)")
     return key

@@ -239,6 +239,8 @@ def plot_profile(profile: dict, out_dir) -> list[str]:
 def main(profile_path, out_dir) -> list[str]:
     """Read a profile file, check it, draw its pictures into out_dir (made if missing)."""
     path = os.fspath(profile_path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"{path}: not a file (a profile from --profile-out)")
     try:
         with open(path, encoding="utf-8") as f:
             profile = json.load(f)

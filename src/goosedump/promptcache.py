@@ -42,10 +42,12 @@ def default_folder() -> str:
 
 def model_identity(gguf, activations: str) -> str:
     """A short hash standing for the model's bytes and what changes the
-    numbers: every part's size and three 1 MiB samples of it (its header and
-    metadata, the middle, the end), the engine version, the kernels' path and
-    arithmetic revision (each path sums in its own order) and the activation
-    precision."""
+    numbers: every part's size, modification time and three 1 MiB samples of
+    it (its header and metadata, the middle, the end), the engine version,
+    the kernels' path and arithmetic revision (each path sums in its own
+    order) and the activation precision. (The time: a file of the same size
+    edited or written again outside the samples is another model; a copy
+    costs the cache, never an answer.)"""
     path = _kernels.active_impl()
     if path == "avx2" and _kernels.cpu_splits_256():
         path += " halves"    # (MXFP4's, Q8_0's and the one-scale small codes' arithmetic of their own there)
@@ -53,7 +55,7 @@ def model_identity(gguf, activations: str) -> str:
                        f"activations={activations}".encode())
     for part in gguf.parts:
         buf, mib = part.buf, 1 << 20
-        h.update(struct.pack("<Q", part.size))
+        h.update(struct.pack("<Qq", part.size, os.stat(part.path).st_mtime_ns))
         for start in (0, max(0, part.size // 2 - mib // 2), max(0, part.size - mib)):
             h.update(buf[start:start + mib].tobytes())
     return h.hexdigest()[:24]
