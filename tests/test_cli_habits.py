@@ -516,3 +516,19 @@ def test_a_prompt_or_value_may_start_with_a_dash(tiny_path):
     begins with '- '); an unknown flag is still named."""
     assert ids_of(cli("run", tiny_path, "-p", "- list three fruits", "-n", "2", "--json", "--temp", "0"))
     fail(cli("run", tiny_path, "-n", "2", "--bogus", "-p", "hi"), "unrecognized arguments: --bogus")
+
+
+def test_an_empty_prompt_and_bad_stdin_are_named(tiny_path, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    for args, stdin in (((), ""), (("-p", ""), ""), (("-f", str(empty)), "")):
+        fail(cli("run", tiny_path, "-n", "2", *args, stdin=stdin), "the prompt is empty")
+    out = subprocess.run([GOOSEDUMP, "run", tiny_path, "-f", "-", "-n", "2"], input=b"\xff\xfe", capture_output=True,
+                         timeout=120)
+    assert out.returncode == 2 and b"-f -: not UTF-8 text" in out.stderr and b"Traceback" not in out.stderr
+
+
+def test_synth_checks_its_flags_before_writing(tmp_path):
+    fail(cli("synth", "--preset", "tiny", "--out", str(tmp_path)), "name the file to write")
+    fail(cli("synth", "--preset", "tiny", "--out", str(tmp_path / "x.gguf"), "--seed", "-1"), "--seed must be 0 or more")
+    assert not (tmp_path / "x.gguf").exists()

@@ -227,12 +227,28 @@ def _read_prompt(args: argparse.Namespace):
         except ValueError:
             raise UsageError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}") from None
     if args.prompt_file is not None:
-        if args.prompt_file == "-":
-            return sys.stdin.read()
-        return read_flag_file(args.prompt_file, "-f/--file")
-    if given:
-        return given[0]
-    return None if sys.stdin.isatty() else sys.stdin.read()
+        text = read_stdin("-f -") if args.prompt_file == "-" else read_flag_file(args.prompt_file, "-f/--file")
+    elif given:
+        text = given[0]
+    elif sys.stdin.isatty():
+        return None
+    else:
+        text = read_stdin("the prompt on stdin")
+    if not text.strip():
+        raise UsageError("the prompt is empty (-p, -f, the words after the model or stdin gave no text)")
+    return text
+
+
+def read_stdin(said: str) -> str:
+    """Standard input as the prompt, as read_flag_file reads a file: UTF-8,
+    at most MAX_FLAG_FILE."""
+    data = sys.stdin.buffer.read(MAX_FLAG_FILE + 1)
+    if len(data) > MAX_FLAG_FILE:
+        raise UsageError(f"{said}: more than {MAX_FLAG_FILE >> 20} MiB of text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{said}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def think_args(args: argparse.Namespace) -> None:

@@ -27,9 +27,15 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from .synth import PRESETS, write_model
     t0 = time.perf_counter()
     split = split_size(args.split_max_size) if args.split_max_size is not None else None
+    if not args.out or os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out!r}: name the file to write (a .gguf path), not a folder")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be 0 or more, got {args.seed}")
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         raise UsageError(f"--out {args.out}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--out {args.out}: the folder {folder} is not writable")
     import shutil
     from .synth import planned_bytes
     need, free = planned_bytes(args.preset, args.recipe, args.routing), shutil.disk_usage(folder).free
