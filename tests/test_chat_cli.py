@@ -238,3 +238,27 @@ def test_ollamas_chat_commands(tiny_path, tmp_path):
                   "--date", DATE, "--json")
     assert answer["content"] == json.loads(out.stdout)["reply"]["content"]
     assert json_answer["content"].startswith("{")
+
+
+def test_load_refuses_a_conversation_the_chat_cannot_render(tiny_model, tmp_path):
+    """/load checks the saved conversation as the chat renders it: a bad one
+    is named once and leaves the session as it was, not failing every turn."""
+    from goosedump.repl import ChatSession
+    err = io.StringIO()
+    s = ChatSession(tiny_model, system=None, reasoning_effort="medium", date="2025-06-28", sampling=None,
+                    max_tokens=2, show_reasoning=False, out=io.StringIO(), err=err)
+    s.history = [{"role": "user", "content": "kept"}]
+    for text, needle in (('{"messages": [{"role": "wizard", "content": "x"}]}', "wizard"),
+                         ('[1, 2]', 'expected a JSON object with "messages"'),
+                         ('{"messages": "hi"}', "not a list of messages")):
+        path = tmp_path / "c.json"
+        path.write_text(text)
+        s.load(str(path))
+        assert f"{path} is not a conversation /save wrote" in err.getvalue() and needle in err.getvalue(), \
+            err.getvalue()
+        assert s.history == [{"role": "user", "content": "kept"}]
+        err.truncate(0)
+        err.seek(0)
+    path.write_text('{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}')
+    s.load(str(path))
+    assert "loaded 2 messages" in err.getvalue() and s.system == "be brief" and s.history[-1]["content"] == "hi"

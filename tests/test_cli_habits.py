@@ -532,3 +532,17 @@ def test_synth_checks_its_flags_before_writing(tmp_path):
     fail(cli("synth", "--preset", "tiny", "--out", str(tmp_path)), "name the file to write")
     fail(cli("synth", "--preset", "tiny", "--out", str(tmp_path / "x.gguf"), "--seed", "-1"), "--seed must be 0 or more")
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_cache_sim_refuses_what_no_run_could_write(tiny_path, tmp_path):
+    trace = tmp_path / "t.json"
+    assert cli("run", tiny_path, "-p", "hi", "-n", "3", "--expert-cache", "1M", "--routing-trace", str(trace)
+               ).returncode == 0
+    lines = trace.read_text().splitlines()
+    meta, first = json.loads(lines[0]), json.loads(lines[1])
+    first["experts"][0] = meta["n_expert"]              # one past the last expert
+    bad = tmp_path / "bad.json"
+    bad.write_text("\n".join([lines[0], json.dumps(first), *lines[2:]]) + "\n")
+    fail(cli("cache-sim", str(bad), "--budget", "1M"), "request 1", f"outside the trace's {meta['n_layer']} layers")
+    fail(cli("cache-sim", str(trace), "--slot-bytes", "-5"), "--slot-bytes must be at least 1, got -5")
+    assert cli("cache-sim", str(trace), "--budget", "1M").returncode == 0

@@ -54,6 +54,16 @@ def read_trace(path: str) -> tuple[dict, Trace]:
         raise ValueError(f"{path} is not a routing trace (not text); {TRACE_FORM}") from None
     if not out:
         raise ValueError(f"{path} holds no routing requests; {TRACE_FORM}")
+    # ids within the shape the metadata gives (where it gives one), never negative
+    n_layer, n_expert = meta.get("n_layer"), meta.get("n_expert")
+    for i, (t, layer, experts) in enumerate(out):
+        bad = (layer < 0 or (isinstance(n_layer, int) and layer >= n_layer) or
+               any(e < 0 or (isinstance(n_expert, int) and e >= n_expert) for e in experts))
+        if bad:
+            shape = (f"the trace's {n_layer} layers of {n_expert} experts" if isinstance(n_layer, int) and
+                     isinstance(n_expert, int) else "ids from 0")
+            raise ValueError(f"{path}: request {i + 1} (token {t}) names layer {layer}, experts {list(experts)}: "
+                             f"outside {shape}")
     return meta, out
 
 

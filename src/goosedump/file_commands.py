@@ -214,10 +214,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_cache_sim(args: argparse.Namespace) -> int:
     from .budget import parse_size
     from .cachesim import POLICIES, read_trace, simulate
+    if args.slot_bytes is not None and args.slot_bytes < 1:
+        raise UsageError(f"--slot-bytes must be at least 1, got {args.slot_bytes}")
     meta, trace = read_trace(args.trace)
     slot = args.slot_bytes or meta.get("slot_bytes")
     if not slot:
         raise UsageError(f"{args.trace} names no slot size: pass --slot-bytes")
+    if not isinstance(slot, int) or slot < 1:
+        raise UsageError(f"{args.trace}: its slot_bytes is {slot!r}, expected a positive integer (or pass --slot-bytes)")
     if args.budget:
         budgets = [(b, parse_size(b, "--budget") // slot) for b in args.budget]
     else:    # 1/8, 1/4 and 1/2 of the trace model's experts (of those seen, without its shape)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 
@@ -221,18 +222,24 @@ class ChatSession:
         """A conversation /save wrote: its messages (a system message first
         becomes the system message) and reasoning effort."""
         try:
+            if os.path.exists(path) and not os.path.isfile(path):
+                raise ValueError("not a file")
             with open(path, encoding="utf-8") as f:
                 saved = json.load(f)
+            if not isinstance(saved, dict) or "messages" not in saved:
+                raise ValueError('expected a JSON object with "messages"')
             messages = saved["messages"]
             if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
                 raise ValueError("its messages are not a list of messages with roles")
             effort = saved.get("reasoning_effort", self.effort)
             if effort not in ("low", "medium", "high"):
                 raise ValueError(f"its reasoning_effort {effort!r} is not low, medium or high")
+            # the conversation as the chat will render it, so a bad message is said now, not at every turn
+            self.model.render_chat(messages, reasoning_effort=effort, date=self.date)
         except OSError as e:
             self.err.write(f"error: cannot read {path}: {e.strerror}\n")
             return
-        except (ValueError, KeyError, TypeError) as e:
+        except (ChatError, ValueError, KeyError, TypeError) as e:
             self.err.write(f"error: {path} is not a conversation /save wrote: {e}\n")
             return
         self.system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
