@@ -546,3 +546,13 @@ def test_cache_sim_refuses_what_no_run_could_write(tiny_path, tmp_path):
     fail(cli("cache-sim", str(bad), "--budget", "1M"), "request 1", f"outside the trace's {meta['n_layer']} layers")
     fail(cli("cache-sim", str(trace), "--slot-bytes", "-5"), "--slot-bytes must be at least 1, got -5")
     assert cli("cache-sim", str(trace), "--budget", "1M").returncode == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_time_budget_must_be_some_seconds(tiny_path, value):
+    fail(cli("run", tiny_path, "-p", "hi", "-n", "2", "--time-budget", value), "--time-budget must be", "above 0")
+
+
+def test_a_size_flag_without_auto_does_not_offer_it(tiny_path):
+    err = fail(cli("run", tiny_path, "-p", "hi", "-n", "2", "--prompt-cache-size", "lots"), "--prompt-cache-size")
+    assert "expected an integer followed by M or G" in err and "expected auto" not in err

@@ -21,16 +21,18 @@ class SizeError(ValueError):
     pass
 
 
-def parse_size(text: str, source: str) -> int:
-    """Bytes of "512M" / "2G"; `source` names the flag or variable for errors."""
+def parse_size(text: str, source: str, auto_too: bool = False) -> int:
+    """Bytes of "512M" / "2G"; `source` names the flag or variable for errors
+    (auto_too: the flag takes auto as well, decided by its caller)."""
+    form = _FORM if auto_too else _FORM.removeprefix("auto, or ")
     if isinstance(text, str) and text.strip().lower() == AUTO:
-        raise SizeError(f"{source}={text!r}: auto is not a size here: expected an integer followed by M or G")
+        raise SizeError(f"{source}={text!r}: auto is not a size here: expected {form}")
     m = re.fullmatch(r"\s*(\d+)\s*([MG])\s*", text or "")
     if not m:
-        raise SizeError(f"{source}={text!r} is not a size: expected {_FORM}")
+        raise SizeError(f"{source}={text!r} is not a size: expected {form}")
     n = int(m.group(1)) << (20 if m.group(2) == "M" else 30)
     if not MIN_SIZE <= n <= MAX_SIZE:
-        raise SizeError(f"{source}={text!r} is out of range: expected {_FORM}")
+        raise SizeError(f"{source}={text!r} is out of range: expected {form}")
     return n
 
 
@@ -40,7 +42,7 @@ def expert_cache_budget(flag: str | None = None, environ: Mapping[str, str] | No
     for text, source in ((flag, "--expert-cache"),
                          ((os.environ if environ is None else environ).get(ENV_EXPERT_CACHE), ENV_EXPERT_CACHE)):
         if text is not None:
-            return AUTO if text.strip().lower() == AUTO else parse_size(text, source)
+            return AUTO if text.strip().lower() == AUTO else parse_size(text, source, auto_too=True)
     return AUTO
 
 

@@ -107,6 +107,9 @@ def check_max_tokens(args: argparse.Namespace) -> None:
     if n < 1 and n != -1:
         raise UsageError(f"-n/--max-tokens must be at least 1, or -1 (until the end of generation or the "
                          f"context), got {n}")
+    budget = getattr(args, "time_budget", None)
+    if budget is not None and not (budget > 0 and budget != float("inf")):
+        raise UsageError(f"--time-budget must be a number of seconds above 0, got {budget}")
 
 
 def max_tokens(args: argparse.Namespace, model, n_prompt: int) -> int:
