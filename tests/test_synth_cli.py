@@ -136,9 +136,15 @@ def test_parse_size(text, expect):
 
 @pytest.mark.parametrize("text", ["", "2", "2GB", "1.5G", "-1G", "0M", "1025G", "512K", "G"])
 def test_parse_size_rejects(text):
+    from goosedump.budget import expert_cache_budget
+    # --expert-cache takes auto too, and says so; a size flag that does not, does not
     with pytest.raises(SizeError, match=r"--expert-cache=.*expected auto, or an integer followed by M or G, "
                                         r"between 1M and 1024G"):
-        parse_size(text, "--expert-cache")
+        expert_cache_budget(text)
+    with pytest.raises(SizeError, match=r"--prompt-cache-size=.*expected an integer followed by M or G, "
+                                        r"between 1M and 1024G") as e:
+        parse_size(text, "--prompt-cache-size")
+    assert "auto" not in str(e.value)
 
 
 def test_budget_from_env_names_the_variable(monkeypatch):
