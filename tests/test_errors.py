@@ -99,6 +99,19 @@ def test_misaligned_offset(tmp_path, small_vocab):
                  "the alignment 32")
 
 
+def test_overlapping_tensors(tmp_path, small_vocab):
+    """A tensor whose offset points into another's bytes (aligned, in the
+    file) would alias its data: refused, both named."""
+    path = write(tmp_path, small_vocab)
+    src, dst = _tensor_info_offset_pos(path, "output_norm.weight"), _tensor_info_offset_pos(path, "output.weight")
+    with open(path, "r+b") as f:
+        f.seek(src)
+        off = f.read(8)
+        f.seek(dst)
+        f.write(off)
+    expect_error(path, "tensor 'output.weight'", "overlaps tensor 'output_norm.weight'")
+
+
 def test_missing_key(tmp_path, small_vocab):
     path = write(tmp_path, small_vocab,
                  lambda kv, t: set_kv(kv, "gpt-oss.expert_feed_forward_length", remove=True))

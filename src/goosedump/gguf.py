@@ -411,3 +411,8 @@ class GGUFFile:
                                  f"byte {start}) has data past the end of the file "
                                  f"({self.size} bytes): the file is truncated")
             self.tensors[name] = TensorInfo(name, dims, int(gtype), start, nbytes)
+        # no two tensors' bytes overlap (a corrupt offset would alias another's data)
+        spans = sorted((t.offset, t.offset + t.nbytes, t.name) for t in self.tensors.values() if t.nbytes)
+        for (a0, a1, a), (b0, _, b) in zip(spans, spans[1:]):
+            if b0 < a1:
+                raise self._fail(f"tensor '{b}' (from byte {b0}) overlaps tensor '{a}' (bytes {a0}..{a1 - 1})")
