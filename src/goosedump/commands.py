@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import json
 import os
 import re
@@ -66,16 +67,15 @@ def load_model(args: argparse.Namespace):
     from .options import Options
     threads = check_threads(args.threads)
     ctx = getattr(args, "ctx", None)
-    if ctx is not None and ctx < 0:
-        raise UsageError(f"-c/--ctx must be at least 1 (or 0: the model's own context length), got {ctx}")
+    check_ctx(ctx)
     # the prompt cache is on by default for run, chat and serve (the flag,
     # else the environment, else the user's cache folder); off elsewhere
     prompt_cache, said = getattr(args, "prompt_cache", "off"), "--prompt-cache"
     if prompt_cache is None:
         from .options import ENV_PROMPT_CACHE
         from .promptcache import default_folder
-        prompt_cache, said = (os.environ.get(ENV_PROMPT_CACHE), f"${ENV_PROMPT_CACHE}") if \
-            os.environ.get(ENV_PROMPT_CACHE) else (default_folder(), "the default prompt cache")
+        env = os.environ.get(ENV_PROMPT_CACHE)
+        prompt_cache, said = (env, f"${ENV_PROMPT_CACHE}") if env else (default_folder(), "the default prompt cache")
     check_prompt_cache_folder(prompt_cache, said)
     options = Options.from_env(expert_cache=args.expert_cache, threads=threads,
                                page_cache=getattr(args, "page_cache", False), prompt_cache=prompt_cache,
@@ -83,14 +83,27 @@ def load_model(args: argparse.Namespace):
                                huge_pages=getattr(args, "huge_pages", None))
     model = load(resolve_model(model_arg(args)), options=options)
     model.on_note = lambda text: print(text, file=sys.stderr)
-    if ctx == 0:                   # llama.cpp's -c 0: the context the model was trained for
-        ctx = args.ctx = model.config.context_length
     if ctx is not None:
-        if ctx > model.config.context_length:
-            said = getattr(args, "ctx_said", None) or f"-c/--ctx {ctx}"
-            raise UsageError(f"{said} is more than the model's context length {model.config.context_length}")
+        ctx = args.ctx = context_for(ctx, model.config.context_length, getattr(args, "ctx_said", None))
         model.n_ctx = ctx
     return model
+
+
+def check_ctx(ctx: int | None) -> None:
+    """-c/--ctx before the model loads: 0 (the model's own) or more."""
+    if ctx is not None and ctx < 0:
+        raise UsageError(f"-c/--ctx must be at least 1 (or 0: the model's own context length), got {ctx}")
+
+
+def context_for(ctx: int, context_length: int, said: str | None = None) -> int:
+    """-c/--ctx against the model's context length (0, llama.cpp's: the
+    context the model was trained for); said: what asked for it, where not
+    the flag itself."""
+    if ctx == 0:
+        return context_length
+    if ctx > context_length:
+        raise UsageError(f"{said or f'-c/--ctx {ctx}'} is more than the model's context length {context_length}")
+    return ctx
 
 
 def say_budget(model) -> None:
@@ -197,21 +210,27 @@ def write_profile(path: str, model, profile: dict) -> None:
 MAX_FLAG_FILE = 64 << 20   # a prompt, schema or grammar file is read whole: far past any context's text
 
 
-def read_flag_file(path: str, flag: str, unreadable: str = "{}") -> str:
-    """The text of the file a flag names (-f, -j, --grammar); an error names the
-    flag and the file: one it cannot open by `unreadable` (its {} the reason),
-    one that is not UTF-8 by the byte where it fails, one past MAX_FLAG_FILE
+def read_text(f, said: str, hint: str = "") -> str:
+    """The text of f (opened as UTF-8 text), at most MAX_FLAG_FILE of it:
+    one that is not UTF-8 named by the byte where it fails, one past the cap
     (/dev/zero, a model file given by mistake) by its size."""
     try:
+        text = f.read(MAX_FLAG_FILE + 1)
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{said}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if len(text) > MAX_FLAG_FILE:
+        raise UsageError(f"{said}: more than {MAX_FLAG_FILE >> 20} MiB of text{hint}")
+    return text
+
+
+def read_flag_file(path: str, flag: str, unreadable: str = "{}") -> str:
+    """The text of the file a flag names (-f, -j, --grammar), as read_text
+    reads it; one it cannot open is named by `unreadable` (its {} the reason)."""
+    try:
         with open(path, encoding="utf-8") as f:
-            text = f.read(MAX_FLAG_FILE + 1)
-        if len(text) > MAX_FLAG_FILE:
-            raise UsageError(f"{flag} {path}: more than {MAX_FLAG_FILE >> 20} MiB of text; is it the right file?")
-        return text
+            return read_text(f, f"{flag} {path}", "; is it the right file?")
     except OSError as e:
         raise UsageError(f"{flag} {path}: {unreadable.format(e.strerror or e)}") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def _read_prompt(args: argparse.Namespace):
@@ -243,15 +262,13 @@ def _read_prompt(args: argparse.Namespace):
 
 
 def read_stdin(said: str) -> str:
-    """Standard input as the prompt, as read_flag_file reads a file: UTF-8,
-    at most MAX_FLAG_FILE."""
-    data = sys.stdin.buffer.read(MAX_FLAG_FILE + 1)
-    if len(data) > MAX_FLAG_FILE:
-        raise UsageError(f"{said}: more than {MAX_FLAG_FILE >> 20} MiB of text")
+    """Standard input as the prompt, as read_flag_file reads a file (UTF-8
+    whatever the locale, newlines as text mode reads them)."""
+    f = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8")
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{said}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        return read_text(f, said)
+    finally:
+        f.detach()               # (stdin's own buffer stays open)
 
 
 def think_args(args: argparse.Namespace) -> None:

@@ -10,7 +10,7 @@ import sys
 import time
 
 from .budget import expert_cache_budget, format_bytes
-from .commands import UsageError, model_arg
+from .commands import UsageError, check_ctx, context_for, model_arg
 
 
 def split_size(text: str) -> int:
@@ -56,16 +56,12 @@ def inspect_report(path: str, budget: int | str, ctx: int) -> dict:
     from .layout import auto_expert_budget, estimate_memory
     from .model import load
     path = resolve_model(path)
-    if ctx < 0:
-        raise UsageError(f"-c/--ctx must be at least 1 (or 0: the model's own context length), got {ctx}")
+    check_ctx(ctx)
     t0 = time.perf_counter()
     model = load(path)
     open_s = time.perf_counter() - t0
     c, lay = model.config, model.layout
-    if ctx == 0:                    # as run's -c 0: the context the model was trained for
-        ctx = c.context_length
-    if ctx > c.context_length:
-        raise UsageError(f"-c/--ctx {ctx} is more than the model's context length {c.context_length}")
+    ctx = context_for(ctx, c.context_length)      # (as run reads -c)
     note = None
     if budget == AUTO:
         auto = auto_expert_budget(c, lay, ctx, model.options.prefill_tokens)
