@@ -268,6 +268,10 @@ def test_demo_ends_its_answer_with_a_newline_when_piped(tmp_path):
     out = cli("demo", "-n", "4", "-t", "1", env={"XDG_CACHE_HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.endswith("\n") and "stop:" in out.stderr
+    # -n 0 is refused before the model is written (it had been refused after the prompt was printed)
+    empty = tmp_path / "empty"
+    fail(cli("demo", "-n", "0", env={"XDG_CACHE_HOME": str(empty)}), "-n/--max-tokens", "got 0")
+    assert not empty.exists()
 
 
 def test_ctrl_c_shows_one_stop_reason_and_keeps_the_answer_in_the_cache(tiny_path):

@@ -79,10 +79,11 @@ def test_llama_cli_flags_give_the_same_run(tiny_path):
     base = ["-p", "Tell me a story", "-n", "8", "--temp", "0", "-c", "512", "--json"]
     ours = cli("run", tiny_path, "--system", "Be brief.", *base)
     theirs = cli("run", "-m", tiny_path, "-sys", "Be brief.", "-ngl", "99", "-fa", "on", "-b", "512", "-ub", "512",
-                 "--mlock", "-no-cnv", "--jinja", *base)
+                 "--mlock", "-no-cnv", "--jinja", "-np", "4", *base)
     assert ids_of(theirs) == ids_of(ours)
     assert json.loads(theirs.stdout)["prompt_token_ids"] == json.loads(ours.stdout)["prompt_token_ids"]
     assert "ignoring llama.cpp's -ngl 99" in theirs.stderr and "-no-cnv" in theirs.stderr
+    assert "-np 4: `goosedump run` and `chat` answer one conversation" in theirs.stderr
     assert "ignoring" not in ours.stderr
     # a bare -fa (old llama.cpp) does not take the prompt's first word
     bare = cli("run", tiny_path, "-fa", "Tell", "me", "a", "story", *base[2:])

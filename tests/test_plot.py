@@ -165,3 +165,15 @@ def test_main_reads_validates_and_writes(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match=r"profile\.json: not a goosedump profile"):
         plot.main(path, out)
+
+
+def test_out_that_is_a_file_is_named(tmp_path):
+    """--out naming an existing file (not a folder) is refused by name,
+    before anything is drawn (it had been errno 17's bare 'File exists')."""
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(make_profile(seed=3)))
+    taken = tmp_path / "taken.png"
+    taken.write_bytes(b"mine")
+    with pytest.raises(ValueError, match=r"^--out .*taken\.png: not a folder"):
+        plot.main(path, taken)
+    assert taken.read_bytes() == b"mine"

@@ -490,6 +490,8 @@ def api_key_from(path: str) -> str:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .model import load
     from .synth import write_model
+    if args.max_tokens < 1:                     # (before the model is written and loaded)
+        raise UsageError(f"-n/--max-tokens must be at least 1, got {args.max_tokens}")
     folder = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "goosedump")
     path = os.path.join(folder, "demo-tiny.gguf")
     if not os.path.exists(path):

@@ -31,6 +31,9 @@ TOPICS = {
                "goosedump always serves /metrics and /props, no /slots and no web page, times bodies by "
                "--body-timeout and always reuses a cached prompt prefix (--prompt-cache)"),
     "conversation": ("conversation mode", "`goosedump run` answers once, `goosedump chat` converses"),
+    "parallel": ("parallel sequences",
+                 "`goosedump run` and `chat` answer one conversation; `goosedump serve` decodes requests together "
+                 "(-np/--max-batch)"),
 }
 
 # (option strings, number of values: 0, 1 or "?", topic)
@@ -69,6 +72,8 @@ SERVER = [
 CHAT = [
     (("-cnv", "--conversation"), 0, "conversation"),
     (("-no-cnv", "--no-conversation", "-st", "--single-turn"), 0, "conversation"),
+    # (serve takes -np as --max-batch; here argparse would read -np 4 as -n p)
+    (("-np", "--parallel"), 1, "parallel"),
 ]
 BENCH = [
     (("-mmp", "--mmap"), 1, "memory"),

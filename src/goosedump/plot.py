@@ -247,8 +247,11 @@ def main(profile_path, out_dir) -> list[str]:
         validate_profile(profile)
     except ValueError as e:   # json's errors are ValueErrors too
         raise ValueError(f"{path}: not a goosedump profile: {e}") from None
-    os.makedirs(out_dir, exist_ok=True)
-    return plot_profile(profile, out_dir)
+    out = os.fspath(out_dir)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out {out}: not a folder (the pictures' folder; it is made if missing)")
+    os.makedirs(out, exist_ok=True)
+    return plot_profile(profile, out)
 
 
 if __name__ == "__main__":
