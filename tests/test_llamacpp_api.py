@@ -64,6 +64,13 @@ def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
     pairs = post(server, "/completion", {**greedy, "n_predict": 4, "logit_bias": [[token, 50]]}).json()
     as_dict = post(server, "/completion", {**greedy, "n_predict": 4, "logit_bias": {str(token): 50}}).json()
     assert pairs["content"] == as_dict["content"] == " the" * 4
+    # llama.cpp's false bans the token (it had been read as a bias of 0), and a text biases its tokens
+    first = post(server, "/completion", {**greedy, "n_predict": 1, "return_tokens": True}).json()["tokens"][0]
+    banned = post(server, "/completion", {**greedy, "n_predict": 1, "return_tokens": True,
+                                          "logit_bias": [[first, False]]}).json()
+    assert banned["tokens"] and banned["tokens"][0] != first
+    as_text = post(server, "/completion", {**greedy, "n_predict": 4, "logit_bias": [[" the", 50]]}).json()
+    assert as_text["content"] == " the" * 4
 
 
 @pytest.mark.parametrize("body,phrase", [
@@ -76,7 +83,16 @@ def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
     ({"repeat_penalty": 1.1, "repeat_last_n": 64}, "repeat_last_n=64 is not supported"),
     ({"n_probs": 21}, "n_probs must be from 0 to 20"),
     ({"grammar": "root ::= nothing-defined"}, "grammar"),
-    ({"logit_bias": [[1.5, 2]]}, "logit_bias must be"),
+    ({"logit_bias": [[1.5, 2]]}, "logit_bias[0]'s token must be a token id or a text, got 1.5"),
+    ({"logit_bias": [[1, 2, 3]]}, "logit_bias[0] must be a pair"),
+    ({"logit_bias": [[1, "x"]]}, "logit_bias[0]'s bias must be a number, or false"),
+    ({"logit_bias": [[1, True]]}, "logit_bias[0]'s bias must be a number, or false"),
+    ({"dry_multiplier": 0.8}, "dry_multiplier=0.8 is not supported"),
+    ({"xtc_probability": 0.5}, "xtc_probability=0.5 is not supported"),
+    ({"ignore_eos": True}, "ignore_eos=True is not supported"),
+    ({"n_predict": True}, "n_predict"),
+    ({"prompt": [True, "hi"]}, "prompt"),
+    ({"stream": "yes"}, "stream"),
     ({"stop": [""]}, "stop must be a list of non-empty strings"),
     ({"temperature": "hot"}, "temperature: Input should be a valid number"),
     ({"repeat_penalty": [1]}, "repeat_penalty: Input should be a valid number"),

@@ -295,7 +295,10 @@ def test_responses_input_items_become_messages():
         {"type": "function_call_output", "call_id": "call_1", "output": "20 C"},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is 20 C."}]},
         {"role": "user", "content": "Thanks"}], instructions="Be brief.")
-    assert responses_messages(body) == [
+    messages, sources = responses_messages(body)
+    # where each came from, for errors (the assistant turn from its first item, the reasoning)
+    assert sources == ["instructions", "input[0]", "input[1]", "input[3]", "input[4]", "input[5]"]
+    assert messages == [
         {"role": "developer", "content": "Be brief."},
         {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
         {"role": "assistant", "content": "", "reasoning_content": "Use the tool.",

@@ -75,11 +75,50 @@ def parse_tools(tools: Sequence[dict] | None) -> list[Tool]:
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
             raise ChatError(f"tools[{i}] ({name}): parameters must be a JSON schema object")
+        problem = schema_problem(params, "parameters") if params is not None else None
+        if problem:
+            raise ChatError(f"tools[{i}] ({name}): invalid schema: {problem}")
         desc = fn.get("description") or ""
         if not isinstance(desc, str):
             raise ChatError(f"tools[{i}] ({name}): description must be a string")
         out.append(Tool(name, desc, params))
     return out
+
+
+JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
+
+
+def schema_problem(schema, path: str, depth: int = 0) -> str | None:
+    """What makes a tool's parameters not a JSON schema, in the keywords the
+    harmony rendering reads (type, properties, items, required, enum), or
+    None. (Strict tools' schemas are checked whole when they are compiled.)"""
+    if isinstance(schema, bool):
+        return None
+    if not isinstance(schema, dict):
+        return f"{path} must be a schema object, got {type(schema).__name__}"
+    if depth > 64:
+        return f"{path} nests schemas too deeply"
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    if not all(isinstance(k, str) and k in JSON_TYPES for k in kinds):
+        return f"{path}.type must be one of {', '.join(JSON_TYPES)} (or a list of them), got {kind!r}"
+    props = schema.get("properties")
+    if props is not None:
+        if not isinstance(props, dict):
+            return f"{path}.properties must be an object of schemas, got {type(props).__name__}"
+        for k, v in props.items():
+            if (problem := schema_problem(v, f"{path}.properties.{k}", depth + 1)):
+                return problem
+    items = schema.get("items")
+    if items is not None and (problem := schema_problem(items, f"{path}.items", depth + 1)):
+        return problem
+    required = schema.get("required")
+    if required is not None and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
+        return f"{path}.required must be a list of property names, got {required!r}"
+    enum = schema.get("enum")
+    if enum is not None and not isinstance(enum, list):
+        return f"{path}.enum must be a list, got {type(enum).__name__}"
+    return None
 
 
 @dataclass
@@ -120,6 +159,9 @@ def to_harmony(messages: Sequence[dict], opts: ChatOptions) -> list[Message]:
         elif role == "assistant":
             body += _assistant(m, where, call_names)
         elif role == "tool":
+            for key in ("name", "tool_call_id"):
+                if m.get(key) is not None and not isinstance(m[key], str):
+                    raise ChatError(f"{where}.{key} must be a string, got {type(m[key]).__name__}")
             name = m.get("name") or call_names.get(m.get("tool_call_id"))
             if not name:
                 raise ChatError(f"{where}: a tool message needs a 'tool_call_id' of an earlier tool call "
@@ -154,6 +196,8 @@ def _assistant(m: dict, where: str, call_names: dict[str, str]) -> list[Message]
     if reasoning:
         out.append(Message("assistant", _text(reasoning, where + ".reasoning_content"), channel="analysis"))
     calls = m.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise ChatError(f"{where}.tool_calls must be a list, got {type(calls).__name__}")
     content = _text(m.get("content"), where)
     if content:
         out.append(Message("assistant", content, channel="commentary" if calls else "final"))
@@ -164,6 +208,8 @@ def _assistant(m: dict, where: str, call_names: dict[str, str]) -> list[Message]
         args = fn.get("arguments", "{}")
         if not isinstance(args, str):
             args = json.dumps(args, ensure_ascii=False)
+        if call.get("id") is not None and not isinstance(call["id"], str):
+            raise ChatError(f"{where}.tool_calls[{j}].id must be a string, got {type(call['id']).__name__}")
         if call.get("id"):
             call_names[call["id"]] = fn["name"]
         out.append(Message("assistant", args, channel="commentary", recipient=FUNCTIONS + fn["name"],

@@ -176,18 +176,19 @@ def arguments_grammar(fn: dict, objects: bool) -> str | None:
         return any_json_object()
 
 
-def raw_constraint(tok, grammar: str | None = None, json_schema=None) -> Free | None:
+def raw_constraint(tok, grammar: str | None = None, json_schema=None, schema_param: str = "json_schema") -> Free | None:
     """A raw completion's constraint, from its first token: a grammar (GBNF
-    or Lark text, or one goosedump.structured built) or a JSON schema."""
+    or Lark text, or one goosedump.structured built) or a JSON schema (the
+    request's field schema_param: errors name it)."""
     if grammar and json_schema:
-        raise PlanError("give grammar or json_schema, not both", "json_schema")
+        raise PlanError(f"give grammar or {schema_param}, not both", schema_param)
     try:
         if grammar:
             return Free(tok, as_grammar(grammar))
         if json_schema:
-            return Free(tok, schema_grammar(json_schema, "json_schema"))
+            return Free(tok, schema_grammar(json_schema, schema_param))
     except PlanError:
         raise
     except ConstraintError as e:
-        raise PlanError(str(e), "json_schema" if json_schema else "grammar") from None
+        raise PlanError(str(e), schema_param if json_schema else "grammar") from None
     return None

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+
 import numpy as np
 
 # top-p looks for the nucleus among this many best tokens first and sorts the
@@ -77,8 +79,9 @@ class SamplingParams:
                 raise SamplingError(f"logit_bias key {t!r} is not a token id") from None
             if not 0 <= tid < n_vocab:
                 raise SamplingError(f"logit_bias token id {tid} is outside the vocabulary (0..{n_vocab - 1})")
-            if not isinstance(b, (int, float)) or not -100 <= b <= 100:
-                raise SamplingError(f"logit_bias for token {tid} must be a number in [-100, 100], got {b!r}")
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not (-100 <= b <= 100 or b == -math.inf):
+                raise SamplingError(f"logit_bias for token {tid} must be a number in [-100, 100] (or -inf: never "
+                                    f"this token), got {b!r}")
 
 
 GREEDY = SamplingParams(temperature=0.0)

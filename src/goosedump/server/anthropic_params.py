@@ -83,7 +83,7 @@ def chat_messages(body: MessagesBody) -> list[dict]:
                 texts.append(block_text(b, at))
             elif kind == "tool_result":
                 call = b.get("tool_use_id")
-                if call not in names:
+                if not isinstance(call, str) or call not in names:
                     raise bad_request(f"{at}: tool_use_id {call!r} is not the id of an earlier tool_use block",
                                       param="messages")
                 out.append({"role": "tool", "tool_call_id": call,
@@ -101,7 +101,10 @@ def assistant(blocks: list[dict], where: str, names: dict[str, str]) -> dict:
     for j, b in enumerate(blocks):
         kind, at = b.get("type"), f"{where}.content[{j}]"
         if kind == "thinking":
-            thinking.append(str(b.get("thinking") or ""))
+            if not isinstance(b.get("thinking") or "", str):
+                raise bad_request(f"{at}.thinking must be a string, got {type(b['thinking']).__name__}",
+                                  param="messages")
+            thinking.append(b.get("thinking") or "")
         elif kind == "redacted_thinking":
             continue                  # nothing to read
         elif kind == "text":
@@ -141,8 +144,11 @@ def tool_choice(choice: dict | None):
         return None
     kind = choice.get("type")
     if kind == "tool":
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    mapped = {"auto": "auto", "any": "required", "none": "none"}.get(kind)
+        if not isinstance(choice.get("name"), str):
+            raise bad_request(f"tool_choice.name must be a tool's name, got {choice.get('name')!r}",
+                              param="tool_choice")
+        return {"type": "function", "function": {"name": choice["name"]}}
+    mapped = {"auto": "auto", "any": "required", "none": "none"}.get(kind) if isinstance(kind, str) else None
     if mapped is None:
         raise bad_request(f"tool_choice.type must be auto, any, tool or none, got {kind!r}", param="tool_choice")
     return mapped
@@ -154,7 +160,8 @@ def reasoning(body: MessagesBody) -> tuple[str | None, int | None, bool]:
     or none leaves it to the model (gpt-oss always reasons); output_config's
     effort sets harmony's (xhigh and max as high)."""
     effort = (body.output_config or {}).get("effort")
-    effort = {"xhigh": "high", "max": "high"}.get(effort, effort)
+    if isinstance(effort, str):
+        effort = {"xhigh": "high", "max": "high"}.get(effort, effort)
     if effort is not None and effort not in REASONING_EFFORTS:
         raise bad_request(f"output_config.effort must be low, medium, high, xhigh or max, got {effort!r}",
                           param="output_config")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import sys
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from ..chat import ChatError
 
@@ -105,6 +108,10 @@ async def read_body(request: Request, limit: int, idle_seconds: float = BODY_IDL
             chunk = await asyncio.wait_for(chunks.__anext__(), idle_seconds)
         except StopAsyncIteration:
             break
+        except ClientDisconnect:
+            # (no one reads the answer: this only keeps the log free of a traceback)
+            raise APIError(400, "The client closed the connection before its request body arrived whole.",
+                           code="client_disconnected") from None
         except asyncio.TimeoutError:
             raise APIError(408, f"The request body stopped arriving: nothing came for {idle_seconds:g} s "
                                 f"(goosedump serve --body-timeout).",
@@ -125,10 +132,18 @@ async def parse_body(request: Request, model: type[BaseModel], limit: int = DEFA
         raise bad_request("The request body is missing: send a JSON object.")
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise bad_request(f"The request body is not valid JSON: {e}.") from None
     except RecursionError:
         raise bad_request("The request body nests its JSON too deeply to be read.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise bad_request(f"The request body is not valid JSON: {e}.") from None
+    except ValueError:   # an integer past Python's limit of digits (sys.get_int_max_str_digits)
+        raise bad_request(f"The request body holds an integer of more than {sys.get_int_max_str_digits()} digits, "
+                          f"which this server does not read.") from None
+    if _ESCAPED_SURROGATE.search(raw):
+        where = unpaired_surrogate(data)
+        if where is not None:
+            raise bad_request(f"The request body's string at {where} holds an unpaired UTF-16 surrogate "
+                              f"(a \\ud800-\\udfff escape without its pair): it is not text.")
     if not isinstance(data, dict):
         raise bad_request(f"The request body must be a JSON object, got {type(data).__name__}.")
     try:
@@ -137,6 +152,35 @@ async def parse_body(request: Request, model: type[BaseModel], limit: int = DEFA
         raise validation_error(e) from None
     except RecursionError:
         raise bad_request("The request body nests its JSON too deeply to be read.") from None
+
+
+# a \uD800..\uDFFF escape somewhere in the raw body (raw UTF-8 cannot hold one):
+# only then is the parsed body walked for a lone one
+_ESCAPED_SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+
+
+def unpaired_surrogate(data) -> str | None:
+    """The path ("messages[0].content") of the first string or key in data
+    that holds an unpaired surrogate, which json.loads lets through and no
+    encoder can write back (the answer that echoes it would fail), or None."""
+    stack = [(data, "body")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return path
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                try:
+                    k.encode("utf-8")
+                except UnicodeEncodeError:
+                    return f"{path} (a key)"
+                stack.append((v, k if path == "body" else f"{path}.{k}"))
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+    return None
 
 
 def chat_error(e: ChatError, default_param: str = "messages") -> APIError:

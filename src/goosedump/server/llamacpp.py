@@ -6,11 +6,12 @@ share: ollama_params.read_options), grammar and json_schema, n_probs,
 return_tokens, stop_type and stopping_word, and its timings."""
 from __future__ import annotations
 
+import math
 from typing import Any, AsyncIterator, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from ..logprobs import MAX_TOP, Unread, entry
 from ..reply import StopFilter
@@ -24,13 +25,17 @@ from .schemas import Fields, openapi_extra
 from .sse import sse, stream_error
 
 OPTIONS = (*SAMPLING, *OFF, "n_predict", "stop", "repeat_last_n")
+# llama.cpp's samplers and switches goosedump does not have, taken at the
+# value that turns them off (any other is refused by name, as OFF's are)
+LLAMA_OFF = {"dry_multiplier": 0, "xtc_probability": 0, "dynatemp_range": 0, "ignore_eos": False}
 
 
 class LlamaCompletionBody(BaseModel):
     """POST /completion. llama.cpp's fields that change nothing here
     (cache_prompt: the prefix cache is always on; id_slot, n_keep, ...) and
-    unknown ones are ignored, as llama.cpp ignores unknown ones."""
-    model_config = ConfigDict(extra="allow")
+    unknown ones are ignored, as llama.cpp ignores unknown ones. Typed
+    strictly (schemas.py), a null stream the default."""
+    model_config = ConfigDict(extra="allow", strict=True)
     prompt: Union[str, list[Union[int, str]]]
     stream: bool = False
     n_predict: Union[int, None] = None
@@ -39,7 +44,12 @@ class LlamaCompletionBody(BaseModel):
     json_schema: Union[dict[str, Any], None] = None
     n_probs: int = 0
     return_tokens: bool = False
-    logit_bias: Union[dict[str, float], list[list[float]], None] = None
+    logit_bias: Union[dict[str, Any], list[Any], None] = None     # (bias() reads them)
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _null_stream(cls, v):
+        return False if v is None else v
 
 
 REPLY = {"type": "object", "required": ["content", "stop"]}
@@ -65,22 +75,48 @@ def prompt_ids(server, prompt) -> list[int]:
     return ids
 
 
-def bias(value) -> dict[str, float]:
-    """llama.cpp's logit_bias, [[id, bias], ...] or {id: bias}, as OpenAI's {id: bias}."""
-    if value is None or isinstance(value, dict):
-        return value or {}
-    if not all(len(pair) == 2 and float(pair[0]).is_integer() for pair in value):
-        raise bad_request("logit_bias must be [[token id, bias], ...] or {token id: bias}", param="logit_bias")
-    return {str(int(t)): b for t, b in value}
+def bias(value, tok) -> dict[str, float]:
+    """llama.cpp's logit_bias, [[id or text, bias], ...] or {id or text: bias}, as
+    OpenAI's {id: bias}: a text biases each of its tokens, and a bias of
+    false bans the token (-inf), as in llama.cpp."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):       # {"15043": bias} or {"Hello": bias}
+        value = [[int(k) if k.isdigit() else k, b] for k, b in value.items()]
+    out: dict[str, float] = {}
+    for i, pair in enumerate(value):
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise bad_request(f"logit_bias[{i}] must be a pair [token id or text, bias], got {pair!r}",
+                              param="logit_bias")
+        what, b = pair
+        if b is False:
+            b = -math.inf
+        elif isinstance(b, bool) or not isinstance(b, (int, float)):
+            raise bad_request(f"logit_bias[{i}]'s bias must be a number, or false (never the token), got {b!r}",
+                              param="logit_bias")
+        if isinstance(what, str):
+            ids = tok.encode(what)
+        elif isinstance(what, int) and not isinstance(what, bool):
+            ids = [what]
+        else:
+            raise bad_request(f"logit_bias[{i}]'s token must be a token id or a text, got {what!r}",
+                              param="logit_bias")
+        out.update((str(t), b) for t in ids)
+    return out
 
 
 async def handle(server, body: LlamaCompletionBody, request: Request):
     given = body.model_dump(exclude_unset=True)
+    for key, off in LLAMA_OFF.items():
+        value = given.get(key)
+        if value is not None and (value != off or type(value) is not type(off) and isinstance(off, bool)):
+            raise bad_request(f"{key}={value!r} is not supported: goosedump has no such sampler or switch (leave "
+                              f"it out, or at {str(off).lower() if isinstance(off, bool) else off})", param=key)
     for key in ("top_k", "temperature"):     # llama.cpp: top_k <= 0 is off, temperature <= 0 greedy
         if isinstance(given.get(key), (int, float)) and not isinstance(given[key], bool) and given[key] < 0:
             given[key] = 0
     kw, limit, stops = read_options({k: given[k] for k in OPTIONS if k in given}, prefix="", limit_key="n_predict")
-    fields = Fields(**kw, logit_bias=bias(body.logit_bias))
+    fields = Fields(**kw, logit_bias=bias(body.logit_bias, server.tok))
     sampling = sampling_params(fields, server.defaults.sampling)
     if not 0 <= body.n_probs <= MAX_TOP:
         raise bad_request(f"n_probs must be from 0 to {MAX_TOP}, got {body.n_probs}", param="n_probs")

@@ -279,7 +279,8 @@ async def raw_reply(server, body: OllamaGenerateBody, request: Request):
         return {**shape.chunk(done=True), "done_reason": "load"}
     fmt = req.response_format
     try:
-        constraint = raw_constraint(server.tok, None, None if fmt is None else fmt.get("schema", {"type": "object"}))
+        constraint = raw_constraint(server.tok, None, None if fmt is None else fmt.get("schema", {"type": "object"}),
+                                    "format")
     except PlanError as e:
         raise bad_request(str(e), param="format") from None
     n = server.limit(req.limit, len(ids), "options.num_predict", "prompt")

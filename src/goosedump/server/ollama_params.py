@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..harmony import REASONING_EFFORTS
 from .errors import APIError, bad_request
@@ -17,8 +17,8 @@ from .schemas import Fields
 
 class OllamaFields(BaseModel):
     """What /api/chat and /api/generate share. Unknown fields are ignored, as
-    ollama ignores them."""
-    model_config = ConfigDict(extra="allow")
+    ollama ignores them. Typed strictly (schemas.py), a null stream the default."""
+    model_config = ConfigDict(extra="allow", strict=True)
     model: Union[str, None] = None
     stream: bool = True                 # ollama streams unless told not to
     options: Union[dict[str, Any], None] = None
@@ -27,6 +27,11 @@ class OllamaFields(BaseModel):
     keep_alive: Union[float, str, None] = None      # the model stays loaded while the server runs
     logprobs: Union[bool, None] = None
     top_logprobs: Union[int, None] = None
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _null_stream(cls, v):
+        return True if v is None else v
 
 
 class OllamaChatBody(OllamaFields):

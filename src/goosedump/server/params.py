@@ -89,6 +89,10 @@ def check_common(b: Fields, choices: bool = False) -> None:
     several (n, server/choices.py), else n must be 1."""
     if not choices and b.n not in (None, 1):
         raise bad_request(f"n={b.n} is not supported here: this route returns one choice (n=1)", param="n")
+    usage = (b.stream_options or {}).get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        raise bad_request(f"stream_options.include_usage must be true or false, got {usage!r}",
+                          param="stream_options")
     if b.time_budget is not None and not b.time_budget > 0:
         raise bad_request(f"time_budget must be a number of seconds > 0, got {b.time_budget}", param="time_budget")
 

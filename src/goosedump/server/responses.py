@@ -4,6 +4,7 @@ response.completed or .incomplete), built from the reply events."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import AsyncIterator
 
@@ -13,7 +14,7 @@ from fastapi.responses import Response
 from ..logprobs import ContentLogprobs
 from ..reply import Item, ReplyStream
 from .bridge import EventStream, Submitted
-from .errors import bad_request
+from .errors import APIError, bad_request
 from .params import check_common, finish_reason, response_id, stop_strings, top_count
 from .schemas import ResponsesBody
 
@@ -100,38 +101,53 @@ def item_status(item: Item, incomplete: bool) -> str:
     return "incomplete" if incomplete and item.cut else "completed"
 
 
-def responses_messages(body: ResponsesBody) -> list[dict]:
-    """The Responses API's input items as chat messages. The items of one
-    assistant turn (reasoning, a message, function calls) merge into one
-    assistant message, so its reasoning stays with its calls."""
+def responses_messages(body: ResponsesBody) -> tuple[list[dict], list[str]]:
+    """The Responses API's input items as chat messages, and where each came
+    from ("instructions", "input[3]": for errors, which name the body's
+    fields, not the messages'). The items of one assistant turn (reasoning,
+    a message, function calls) merge into one assistant message, so its
+    reasoning stays with its calls."""
     msgs: list[dict] = []
+    sources: list[str] = []
     if body.instructions:
         msgs.append({"role": "developer", "content": body.instructions})
+        sources.append("instructions")
     if isinstance(body.input, str):
-        return msgs + [{"role": "user", "content": body.input}]
+        return msgs + [{"role": "user", "content": body.input}], sources + ["input"]
     turn: dict | None = None
+    turn_from = ""
 
     def flush():
         nonlocal turn
         if turn is not None:
             msgs.append(turn)
+            sources.append(turn_from)
             turn = None
+
+    def start_turn(where: str, **fields) -> dict:
+        nonlocal turn, turn_from
+        if turn is None:
+            turn, turn_from = {"role": "assistant", **fields}, where
+        return turn
 
     for i, it in enumerate(body.input):
         where = f"input[{i}]"
         kind = it.get("type", "message")
         if kind == "reasoning":
             parts = it.get("content") or it.get("summary") or []
-            text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+            if not isinstance(parts, list) or not all(
+                    isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in parts):
+                raise bad_request(f"{where}: a reasoning item's content and summary must be lists of text parts "
+                                  '({"type": "reasoning_text", "text": "..."})', param="input")
+            text = "".join(p.get("text", "") for p in parts)
             if turn is not None and (turn.get("content") or turn.get("tool_calls")):
                 flush()
-            turn = turn or {"role": "assistant", "content": ""}
+            start_turn(where, content="")
             turn["reasoning_content"] = "\n".join(x for x in (turn.get("reasoning_content"), text) if x)
         elif kind == "function_call":
             if not isinstance(it.get("call_id"), str) or not isinstance(it.get("name"), str):
                 raise bad_request(f"{where}: a function_call item needs a call_id and a name", param="input")
-            turn = turn or {"role": "assistant", "content": ""}
-            turn.setdefault("tool_calls", []).append(
+            start_turn(where, content="").setdefault("tool_calls", []).append(
                 {"id": it["call_id"], "type": "function",
                  "function": {"name": it["name"], "arguments": it.get("arguments", "")}})
         elif kind == "function_call_output":
@@ -139,20 +155,31 @@ def responses_messages(body: ResponsesBody) -> list[dict]:
             if not isinstance(it.get("call_id"), str):
                 raise bad_request(f"{where}: a function_call_output item needs a call_id", param="input")
             msgs.append({"role": "tool", "tool_call_id": it["call_id"], "content": it.get("output", "")})
+            sources.append(where)
         elif kind == "message":
             if it.get("role") == "assistant":
                 if turn is not None and (turn.get("content") or turn.get("tool_calls")):
                     flush()
-                turn = turn or {"role": "assistant"}
-                turn["content"] = it.get("content")
+                start_turn(where)["content"] = it.get("content")
             else:
                 flush()
                 msgs.append({"role": it.get("role"), "content": it.get("content")})
+                sources.append(where)
         else:
             raise bad_request(f"{where}: input items of type {kind!r} are not supported (messages, "
                               "function_call, function_call_output and reasoning are)", param="input")
     flush()
-    return msgs
+    return msgs, sources
+
+
+def named_by_input(e: APIError, sources: list[str]) -> APIError:
+    """e with the messages it names (messages[2], "messages is empty") as the
+    body's fields they came from (input[1], instructions, "input is empty")."""
+    def source(m: re.Match) -> str:
+        k = int(m.group(1))
+        return sources[k] if k < len(sources) else m.group(0)
+    e.message = re.sub(r"\bmessages\[(\d+)\]", source, e.message).replace("messages is empty", "input is empty")
+    return e
 
 
 class _Response:
@@ -233,8 +260,12 @@ def render(server, body: ResponsesBody):
     """(prompt ids, the reply's plan, the reasoning effort) of a Responses
     API body (here and in its token count)."""
     effort = (body.reasoning or {}).get("effort") or server.template(body).effort or "medium"
-    prompt, plan = server.render(responses_messages(body), body.tools, body.tool_choice, effort, "input", body,
-                                 (body.text or {}).get("format"), "text.format")
+    messages, sources = responses_messages(body)
+    try:
+        prompt, plan = server.render(messages, body.tools, body.tool_choice, effort, "input", body,
+                                     (body.text or {}).get("format"), "text.format")
+    except APIError as e:
+        raise named_by_input(e, sources) from None
     return prompt, plan, effort
 
 

@@ -1,16 +1,18 @@
 """Request bodies of the generating endpoints. Unknown fields (user, metadata,
 store, parallel_tool_calls, ...) are accepted and ignored, as clients send
-them freely."""
+them freely. Known ones are typed strictly, as OpenAI's API checks them: no
+true for 1, no "0.5" for 0.5, no "yes" for true (pydantic's lax mode had
+read them so); an integer stands for a float. A null stream is the default."""
 from __future__ import annotations
 
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 
 class Fields(BaseModel):
     """Fields every generating endpoint takes."""
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     model: Union[str, None] = None
     stream: bool = False
     stream_options: Union[dict[str, Any], None] = None
@@ -29,6 +31,11 @@ class Fields(BaseModel):
     # llama.cpp's: the answer follows a grammar (GBNF or Lark) or a JSON schema
     grammar: Union[str, None] = None
     json_schema: Union[dict[str, Any], None] = None
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _null_stream(cls, v):
+        return False if v is None else v
 
 
 class ChatBody(Fields):
@@ -56,6 +63,11 @@ class CompletionBody(Fields):
     suffix: Union[str, None] = None
     best_of: Union[int, None] = None
     logprobs: Union[int, None] = None
+
+    @field_validator("max_tokens", mode="before")
+    @classmethod
+    def _null_max_tokens(cls, v):     # null is the default too (it had read as "the whole context")
+        return 16 if v is None else v
 
 
 class ResponsesBody(Fields):

@@ -5,6 +5,7 @@ OpenAI's input token counts (POST /v1/responses/input_tokens, and llama.cpp's
 on /v1."""
 from __future__ import annotations
 
+import asyncio
 from typing import Union
 
 from fastapi import FastAPI, Request
@@ -18,7 +19,7 @@ from .schemas import ERROR_RESPONSES, ChatBody, ResponsesBody, openapi_extra
 
 
 class TokenizeBody(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     content: str
     add_special: bool = False       # the BOS token first, where the model's vocabulary adds one
     parse_special: bool = True      # "<|start|>" as its token, not as text
@@ -26,7 +27,7 @@ class TokenizeBody(BaseModel):
 
 
 class DetokenizeBody(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     tokens: list[int]
 
 
@@ -60,8 +61,9 @@ def register(app: FastAPI, server, read) -> None:
     @app.post("/tokenize", openapi_extra=openapi_extra(TokenizeBody, reply_schema("tokens")))
     async def tokenize(request: Request):
         body = await read(request, TokenizeBody)
+        # in a thread (the tokenizer lets go of the GIL): a long text does not hold up other requests
         ids = ([tok.bos_id] if body.add_special and add_bos else []) + \
-            tok.encode(body.content, allow_special=body.parse_special)
+            await asyncio.to_thread(tok.encode, body.content, body.parse_special)
         if body.with_pieces:
             return {"tokens": [{"id": t, "piece": piece(tok, t)} for t in ids]}
         return {"tokens": ids}
