@@ -176,6 +176,21 @@ std::vector<int> gpt2_unicode_to_byte() {
   return inv;
 }
 
+// Bytes as printable ASCII, every other byte as \xNN.
+std::string escaped(const uint8_t* s, size_t len) {
+  std::string out;
+  char buf[8];
+  for (size_t i = 0; i < len; ++i) {
+    if (s[i] >= 0x20 && s[i] < 0x7F && s[i] != '\\') {
+      out += char(s[i]);
+    } else {
+      std::snprintf(buf, sizeof buf, "\\x%02X", s[i]);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 std::string hex_cp(uint32_t cp) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "U+%04X", cp);
@@ -199,6 +214,9 @@ Tokenizer::Tokenizer(const uint8_t* buf, const int64_t* starts, const int64_t* l
       decode_utf8(s, len, cps, cp_offsets);
       for (uint32_t cp : cps) {
         const int b = cp < inv.size() ? inv[cp] : -1;
+        if (b < 0 && cp == 0xFFFD)   // (its bytes are not UTF-8: shown escaped, the message must be text)
+          throw std::invalid_argument("token " + std::to_string(id) + " (bytes " + escaped(s, len) +
+                                      ") holds bytes that are not UTF-8 (or U+FFFD), which no token of a 'gpt2' vocabulary holds");
         if (b < 0)
           throw std::invalid_argument("token " + std::to_string(id) + " '" + std::string((const char*)s, len) +
                                       "': character " + hex_cp(cp) +

@@ -124,10 +124,13 @@ void dequantize(const std::string& fmt, Bytes raw, Floats out, const std::string
 
 std::tuple<nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>, nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>, size_t>
 scan_string_array(Bytes buf, size_t offset, size_t count) {
-  // Each string takes at least its 8-byte length field: bound the allocation.
-  if (count > buf.shape(0) / 8 + 1)
-    throw std::out_of_range("an array of " + std::to_string(count) + " strings cannot fit in a file of " +
-                            std::to_string(buf.shape(0)) + " bytes");
+  // Each string takes at least its 8-byte length field: bound the allocation
+  // by the bytes after offset.
+  const size_t left = offset < buf.shape(0) ? buf.shape(0) - offset : 0;
+  if (count > left / 8)
+    throw std::out_of_range("an array of " + std::to_string(count) + " strings cannot fit in the " +
+                            std::to_string(left) + " bytes after byte " + std::to_string(offset) + " (the file has " +
+                            std::to_string(buf.shape(0)) + ")");
   auto* starts = new int64_t[count];
   auto* lengths = new int64_t[count];
   nb::capsule own_s(starts, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });

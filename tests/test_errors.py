@@ -3,6 +3,7 @@ expected and actual values."""
 import os
 import re
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -235,3 +236,106 @@ def test_reader_opens_without_model_checks(tmp_path, small_vocab):
     path = write(tmp_path, small_vocab,
                  lambda kv, t: set_kv(kv, "general.architecture", ValueType.STRING, "llama"))
     assert GGUFFile(path).get("general.architecture") == "llama"
+
+
+def test_token_types_out_of_range(tmp_path, small_vocab):
+    """A token type outside llama.cpp's 1..6 had dropped the token from the
+    vocabulary silently (other texts then tokenized differently)."""
+    tokens, types, merges = small_vocab
+    bad = np.array(types, dtype=np.int32)
+    bad[300] = 99
+    bad[301] = -7
+    expect_error(write(tmp_path, (tokens, bad, merges)), r"tokenizer.ggml.token_type\[300\] is 99, expected 1..6",
+                 "2 entries are out of range")
+
+
+def test_a_token_that_is_not_utf8_is_named(tmp_path, small_vocab):
+    tokens, types, merges = small_vocab
+    k = next(i for i, t in enumerate(tokens) if types[i] == 1 and len(t) >= 3 and t.isascii() and t.isalpha())
+    path = write(tmp_path, small_vocab)
+    raw = bytearray(Path(path).read_bytes())
+    # the token's length field then its bytes: overwrite its first two bytes in place
+    needle = struct.pack("<Q", len(tokens[k])) + tokens[k].encode()
+    at = raw.index(needle) + 8
+    raw[at:at + 2] = b"\xff\xfe"
+    Path(path).write_bytes(bytes(raw))
+    expect_error(path, rf"token {k} \(bytes \\xFF\\xFE{tokens[k][2:]}\)", "not UTF-8")
+
+
+def _header(kvs: bytes, n_kv: int) -> bytes:
+    """A GGUF v3 file's header: no tensors, n_kv keys already serialised."""
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, n_kv) + kvs
+
+
+def _key(name: str) -> bytes:
+    return struct.pack("<Q", len(name)) + name.encode()
+
+
+def test_metadata_arrays_are_bounded(tmp_path):
+    """Arrays of arrays nested past 8 levels (had recursed until Python's
+    limit: a traceback), 65,536 arrays or more in one (a Python list each:
+    8.3M took 42 s and 1.2 GB), and arrays of strings beyond 2^24 or beyond
+    the bytes left in the file are refused by key, before anything is held."""
+    deep = _key("deep") + struct.pack("<I", ValueType.ARRAY) + struct.pack("<IQ", ValueType.ARRAY, 1) * 9 + \
+        struct.pack("<IQ", ValueType.UINT8, 0)
+    many = _key("many") + struct.pack("<I", ValueType.ARRAY) + struct.pack("<IQ", ValueType.ARRAY, 70_000) + \
+        struct.pack("<IQ", ValueType.UINT8, 0) * 70_000
+    strings = _key("words") + struct.pack("<I", ValueType.ARRAY) + struct.pack("<IQ", ValueType.STRING, (1 << 24) + 1)
+    short = _key("words") + struct.pack("<I", ValueType.ARRAY) + struct.pack("<IQ", ValueType.STRING, 1000) + \
+        struct.pack("<Q", 0) * 990
+    cases = [(deep, r"array 'deep(\[0\])+' nests arrays more than 8 levels deep"),
+             (many, "array 'many' holds 70000 arrays, more than goosedump reads in one array \\(65536\\)"),
+             (strings, "array 'words' holds 16777217 strings, more than goosedump reads in one array"),
+             (short, r"array 'words': an array of 1000 strings cannot fit in the 7984 bytes after byte \d+")]
+    for k, (kv, message) in enumerate(cases):
+        p = tmp_path / f"a{k}.gguf"
+        p.write_bytes(_header(kv, 1) + b"\0" * 64)
+        with pytest.raises(GGUFError) as e:
+            GGUFFile(p)
+        assert str(e.value).startswith(os.fspath(p)) and re.search(message, str(e.value)), e.value
+    # within the bounds, arrays of arrays still read
+    ok = _key("ok") + struct.pack("<I", ValueType.ARRAY) + struct.pack("<IQ", ValueType.ARRAY, 2) + \
+        struct.pack("<IQ", ValueType.UINT8, 1) + b"\x07" + struct.pack("<IQ", ValueType.UINT8, 0)
+    p = tmp_path / "ok.gguf"
+    p.write_bytes(_header(ok, 1))
+    assert [list(a) for a in GGUFFile(p).get("ok")] == [[7], []]
+
+
+def test_a_chat_template_that_is_no_string(tmp_path, small_vocab):
+    path = write(tmp_path, small_vocab,
+                 lambda kv, t: set_kv(kv, "tokenizer.chat_template", ValueType.UINT32, 7))
+    expect_error(path, "tokenizer.chat_template is UINT32, expected a string")
+
+
+def test_a_context_beyond_memory_is_refused_before_allocating(tmp_path, small_vocab, capsys):
+    from goosedump.cli import main
+    huge = 1 << 40
+    path = write(tmp_path, small_vocab,
+                 lambda kv, t: set_kv(kv, "gpt-oss.context_length", ValueType.UINT64, huge))
+    assert main(["run", path, "-c", "0", "-p", "hi", "-n", "1", "--no-prompt-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"-c/--ctx 0 (the model's context length): the KV cache of {huge} tokens" in err
+    assert "more than this machine's" in err
+
+
+def test_inspect_takes_a_model_shorter_than_the_default_context(tmp_path, small_vocab, capsys):
+    """inspect's -c had defaulted to 4096 whatever the model's context, and
+    refused a 2048-token model for a flag never given."""
+    from goosedump.cli import main
+
+    def edit(kv, t):
+        set_kv(kv, "gpt-oss.context_length", ValueType.UINT32, 2048)
+        set_kv(kv, "gpt-oss.rope.scaling.original_context_length", ValueType.UINT32, 2048)
+    path = write(tmp_path, small_vocab, edit)
+    assert main(["inspect", path]) == 0
+    assert "at --ctx 2048:" in capsys.readouterr().out
+
+
+def test_inspect_escapes_the_files_name(tmp_path, small_vocab, capsys):
+    from goosedump.cli import main
+    path = write(tmp_path, small_vocab,
+                 lambda kv, t: set_kv(kv, "general.name", ValueType.STRING, "evil\x1b[2J\x1b]0;pwned\x07\rname"))
+    assert main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+    assert "evil\\x1b[2J" in out

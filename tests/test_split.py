@@ -190,3 +190,49 @@ def test_inspect_shows_the_parts_and_synth_writes_sets(sets, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "goosedump", "synth", "--preset", "tiny", "--split-max-size", "10X",
                           "--out", str(tmp_path / "u.gguf")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--split-max-size='10X' is not a size" in bad.stderr
+
+
+def test_split_keys_of_the_wrong_type_or_range(tmp_path, small_vocab):
+    """split.count and split.no are integers in range, or the file is refused
+    by key (a STRING split.count had failed in int() naming nothing, an
+    array in a traceback, a FLOAT 2.7 read as 2)."""
+    synth.write_model(tmp_path / "d.gguf", "tiny", seed=9, vocab=small_vocab, split_max_size=60_000)
+    first = sorted(tmp_path.glob("d-*-of-*.gguf"))[0]
+    raw = first.read_bytes()
+    key = b"split.count"
+    at = raw.index(key) + len(key)
+    vtype = int.from_bytes(raw[at:at + 4], "little")
+    assert vtype == gguf.GGUFValueType.UINT16
+    for new_type, value, message in ((gguf.GGUFValueType.INT16, (-2).to_bytes(2, "little", signed=True),
+                                      "split.count must be an integer >= 1, found INT16 -2"),
+                                     (gguf.GGUFValueType.BOOL, b"\x01\x00",    # (BOOL is 1 byte: the next key breaks)
+                                      None)):
+        bad = bytearray(raw)
+        bad[at:at + 4] = int(new_type).to_bytes(4, "little")
+        bad[at + 4:at + 6] = value
+        p = tmp_path / first.name
+        p.write_bytes(bytes(bad))
+        with pytest.raises(GGUFError) as e:
+            GGUFFile(p)
+        assert str(e.value).startswith(os.fspath(p)), e.value
+        if message:
+            assert message in str(e.value)
+    # split.no past split.count
+    bad = bytearray(raw)
+    no = bad.index(b"split.no") + len(b"split.no") + 4
+    bad[no:no + 2] = (7).to_bytes(2, "little")
+    p = tmp_path / first.name
+    p.write_bytes(bytes(bad))
+    with pytest.raises(GGUFError, match=r"split.no 7 is not below split.count \d+"):
+        GGUFFile(p)
+
+
+def test_a_part_whose_first_part_is_no_set(sets, tmp_path, small_vocab):
+    """Part 2 named, part 1 a plain file: said so, not read as a model that
+    lacks half its tensors."""
+    whole, parts = sets
+    copies = copy_set(parts, tmp_path)
+    shutil.copy(whole, copies[0])
+    with pytest.raises(GGUFError, match=rf"{copies[1]}: part of a split set of {len(parts)} \(split.count\), but "
+                                        rf"its first part {copies[0]} says split.count 1 \(it has no split keys"):
+        GGUFFile(copies[1])

@@ -304,8 +304,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     i = add("inspect", "describe a model file and the memory a run needs", file_commands.cmd_inspect)
     _add_model(i)
     _add_expert_cache(i, budget_only=True)
-    i.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", type=int, default=4096,
-                   help="context length for the estimate (default 4096)")
+    i.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", type=int, default=None,
+                   help="context length for the estimate; 0: the model's own (default min(4096, the model's), as "
+                        "run's)")
     i.add_argument("--json", action="store_true", help="print one JSON object")
 
     pu = add("pull", "download a model by name into the Hugging Face cache, without running it", file_commands.cmd_pull)
@@ -408,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (GGUFError, SizeError, FileNotFoundError, UsageError, ValueError, OSError) as e:
         print(f"goosedump: error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError as e:       # (an allocation this machine refused: say what, not a traceback)
+        print(f"goosedump: error: out of memory: {e or 'an allocation failed'}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -84,7 +84,11 @@ def load_model(args: argparse.Namespace):
     model = load(resolve_model(model_arg(args)), options=options)
     model.on_note = lambda text: print(text, file=sys.stderr)
     if ctx is not None:
-        ctx = args.ctx = context_for(ctx, model.config.context_length, getattr(args, "ctx_said", None))
+        said = getattr(args, "ctx_said", None)
+        asked = ctx
+        ctx = args.ctx = context_for(ctx, model.config.context_length, said)
+        check_kv_fits(model.config, ctx, said or (f"-c/--ctx {asked}" + (" (the model's context length)"
+                                                                          if asked == 0 else "")))
         model.n_ctx = ctx
     return model
 
@@ -104,6 +108,18 @@ def context_for(ctx: int, context_length: int, said: str | None = None) -> int:
     if ctx > context_length:
         raise UsageError(f"{said or f'-c/--ctx {ctx}'} is more than the model's context length {context_length}")
     return ctx
+
+
+def check_kv_fits(config, ctx: int, said: str) -> None:
+    """The KV cache of ctx positions fits this machine's memory (a file's
+    context_length of 2^40 had failed in numpy's allocation, a traceback)."""
+    import psutil
+    from .budget import format_bytes
+    from .layout import kv_bytes
+    need, total = kv_bytes(config, ctx), psutil.virtual_memory().total
+    if need > total:
+        raise UsageError(f"{said}: the KV cache of {ctx} tokens takes {format_bytes(need)}, more than this "
+                         f"machine's {format_bytes(total)} of memory: pass a smaller -c/--ctx")
 
 
 def say_budget(model) -> None:

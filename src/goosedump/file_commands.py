@@ -50,18 +50,19 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def inspect_report(path: str, budget: int | str, ctx: int) -> dict:
+def inspect_report(path: str, budget: int | str, ctx: int | None) -> dict:
     from .hub import resolve_model
     from .budget import AUTO
     from .layout import auto_expert_budget, estimate_memory
-    from .model import load
+    from .model import DEFAULT_CTX, load
     path = resolve_model(path)
     check_ctx(ctx)
     t0 = time.perf_counter()
     model = load(path)
     open_s = time.perf_counter() - t0
     c, lay = model.config, model.layout
-    ctx = context_for(ctx, c.context_length)      # (as run reads -c)
+    # (as run reads -c; unsaid: run's default, never past the model's own)
+    ctx = min(DEFAULT_CTX, c.context_length) if ctx is None else context_for(ctx, c.context_length)
     note = None
     if budget == AUTO:
         auto = auto_expert_budget(c, lay, ctx, model.options.prefill_tokens)
@@ -121,7 +122,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(r, indent=2))
         return 0
     h, m, fb = r["hyperparameters"], r["memory"], format_bytes
-    print(f"{r['path']}: {r['architecture']} '{r['name']}' (opened in {r['open_seconds'] * 1000:.0f} ms)")
+    from .gguf import printable     # (the name is the file's: no control characters reach the terminal)
+    print(f"{printable(r['path'])}: {r['architecture']} '{printable(str(r['name']), 200)}' "
+          f"(opened in {r['open_seconds'] * 1000:.0f} ms)")
     print(f"  layers {h['n_layer']}, hidden {h['n_embd']}, heads {h['n_head']} (kv {h['n_head_kv']}, "
           f"dim {h['head_dim']}), experts {h['n_expert']} (top {h['n_expert_used']}, ff {h['n_ff_expert']})")
     print(f"  context {h['context_length']}, sliding window {h['sliding_window']} on even layers, "

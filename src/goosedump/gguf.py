@@ -24,6 +24,13 @@ from .residency import populate, reread_in_huge_pages
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
+# Bounds on what one metadata array may make goosedump hold, far above any
+# real file's (a vocabulary: ~200k strings, its merges ~450k): an array of
+# strings costs 16 bytes of index a string, even an empty one (8 bytes of
+# file); an array of arrays a Python list each.
+MAX_STRINGS = 1 << 24
+MAX_NESTED_ARRAYS = 1 << 16
+MAX_ARRAY_DEPTH = 8
 
 
 def printable(text: str, limit: int = 2000) -> str:
@@ -176,7 +183,13 @@ class GGUFFile:
                 if not os.path.exists(first):
                     raise GGUFError(f"{self.path}: part 1 of the split set of {self.split_count} (the one "
                                     f"with the model's metadata) is missing: expected {first}")
+                named, count = self.path, self.split_count
                 self.__init__(first)        # a set opens from its first part, whichever part was named
+                if self.split_count != count:
+                    raise GGUFError(f"{named}: part of a split set of {count} (split.count), but its first part "
+                                    f"{first} says split.count {self.split_count}"
+                                    + (" (it has no split keys: not a part of a set)"
+                                       if "split.count" not in self.fields else ""))
                 return
             self._join_parts()
 
@@ -320,7 +333,7 @@ class GGUFFile:
             raise self._fail(f"metadata key '{key}' has unknown value type {raw} "
                              f"(expected 0..12)") from None
 
-    def _read_value(self, vtype: ValueType, key: str) -> tuple[Any, ValueType | None]:
+    def _read_value(self, vtype: ValueType, key: str, depth: int = 0) -> tuple[Any, ValueType | None]:
         if vtype == ValueType.STRING:
             return self._read_string(f"value of '{key}'"), None
         if vtype != ValueType.ARRAY:
@@ -329,6 +342,9 @@ class GGUFFile:
         (etype_raw, count) = self._read("<IQ", f"array header of '{key}'")
         etype = self._value_type(etype_raw, key)
         if etype == ValueType.STRING:
+            if count > MAX_STRINGS:
+                raise self._fail(f"array '{key}' holds {count} strings, more than goosedump reads in one array "
+                                 f"({MAX_STRINGS})")
             try:
                 starts, lengths, end = _kernels.scan_string_array(self.buf, self._pos, count)
             except IndexError as e:  # std::out_of_range
@@ -336,7 +352,13 @@ class GGUFFile:
             self._pos = end
             return StringArray(self.buf, starts, lengths), etype
         if etype == ValueType.ARRAY:  # arrays of arrays are legal GGUF, if rare
-            return [self._read_value(ValueType.ARRAY, f"{key}[{i}]")[0] for i in range(count)], etype
+            if depth + 2 > MAX_ARRAY_DEPTH:
+                raise self._fail(f"array '{key}' nests arrays more than {MAX_ARRAY_DEPTH} levels deep, more than "
+                                 "goosedump reads")
+            if count > MAX_NESTED_ARRAYS:
+                raise self._fail(f"array '{key}' holds {count} arrays, more than goosedump reads in one array "
+                                 f"({MAX_NESTED_ARRAYS})")
+            return [self._read_value(ValueType.ARRAY, f"{key}[{i}]", depth + 1)[0] for i in range(count)], etype
         dtype = _SCALAR_DTYPES[etype]
         nbytes = count * dtype.itemsize
         if nbytes > self.size - self._pos:
@@ -345,6 +367,18 @@ class GGUFFile:
         arr = self.buf[self._pos:self._pos + nbytes].view(dtype)
         self._pos += nbytes
         return arr, etype
+
+    def _check_split_keys(self) -> None:
+        """gguf-split's keys, if present, are integers in range (split.no
+        below split.count): the set is read by them."""
+        ints = (ValueType.UINT8, ValueType.INT8, ValueType.UINT16, ValueType.INT16, ValueType.UINT32,
+                ValueType.INT32, ValueType.UINT64, ValueType.INT64)
+        for key, low in (("split.count", 1), ("split.no", 0), ("split.tensors.count", 0)):
+            f = self.fields.get(key)
+            if f is not None and (f.type not in ints or f.value < low):
+                raise self._fail(f"{key} must be an integer >= {low}, found {f.type.name} {f.value!r}")
+        if "split.no" in self.fields and self.get("split.no") >= self.split_count:
+            raise self._fail(f"split.no {self.get('split.no')} is not below split.count {self.split_count}")
 
     def _parse(self) -> None:
         self._pos = 0
@@ -378,6 +412,8 @@ class GGUFFile:
                 raise self._fail(f"general.alignment must be a UINT32 power of two, got "
                                  f"{a.value!r} ({a.type.name})")
             self.alignment = int(a.value)
+
+        self._check_split_keys()
 
         infos = []
         for _ in range(n_tensors):

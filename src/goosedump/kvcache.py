@@ -31,10 +31,17 @@ class KVCache:
         # them (each kv head's positions one contiguous run); k[i] and v[i]
         # are position-major views, [slot, kv head, dim], for the Python side.
         self.k_heads, self.v_heads = [], []
-        for i in range(c.n_layer):
-            cap = kv_positions(c, i, n_ctx)
-            self.k_heads.append(np.zeros((c.n_head_kv, cap, c.head_dim), np.float16))
-            self.v_heads.append(np.zeros((c.n_head_kv, cap, c.value_dim), np.float16))
+        try:
+            for i in range(c.n_layer):
+                cap = kv_positions(c, i, n_ctx)
+                self.k_heads.append(np.zeros((c.n_head_kv, cap, c.head_dim), np.float16))
+                self.v_heads.append(np.zeros((c.n_head_kv, cap, c.value_dim), np.float16))
+        except MemoryError:
+            self.k_heads = self.v_heads = []
+            per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
+            need = sum(per_pos * kv_positions(c, i, n_ctx) for i in range(c.n_layer))
+            raise MemoryError(f"the KV cache of a {n_ctx}-token context ({need / 2**30:.1f} GiB) cannot be "
+                              "allocated: ask for a smaller context (-c/--ctx)") from None
         self.k = [a.transpose(1, 0, 2) for a in self.k_heads]
         self.v = [a.transpose(1, 0, 2) for a in self.v_heads]
         # their bits as the attention kernel takes them (made once: a view a

@@ -17,7 +17,7 @@ from .config import ModelConfig, check_tensors, read_config
 from .experts import ExpertStore
 from .forward import Transformer
 from .generate import Generation, GenerationResult, Stepper, check_prompt
-from .gguf import GGUFFile
+from .gguf import GGUFError, GGUFFile
 from .kvcache import KVCache
 from .layout import auto_expert_budget, is_expert_tensor, weight_layout
 from .options import Options
@@ -38,6 +38,10 @@ class Model:
         self.config: ModelConfig = read_config(self.file)
         check_tensors(self.file, self.config)
         self.tokenizer = Tokenizer(self.file)
+        template = self.file.fields.get("tokenizer.chat_template")
+        if template is not None and not isinstance(template.value, str):
+            raise GGUFError(f"{self.path}: tokenizer.chat_template is {template.type.name}, expected a string "
+                            "(a Jinja template)")
         self.layout = weight_layout(self.file, self.config)
         if n_ctx is not None and not 1 <= n_ctx <= self.config.context_length:
             raise ValueError(f"n_ctx must be between 1 and the model's context length "

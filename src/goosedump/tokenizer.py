@@ -54,6 +54,11 @@ class Tokenizer:
         if len(types) != len(tokens):
             raise GGUFError(f"{f.path}: tokenizer.ggml.token_type has {len(types)} entries, "
                             f"tokenizer.ggml.tokens has {len(tokens)}")
+        bad = np.flatnonzero((types < 1) | (types > 6))
+        if len(bad):     # (an unknown type had dropped the token from the vocabulary, silently)
+            raise GGUFError(f"{f.path}: tokenizer.ggml.token_type[{bad[0]}] is {int(types[bad[0]])}, expected 1..6 "
+                            f"(normal, unknown, control, user-defined, unused, byte)"
+                            + (f"; {len(bad)} entries are out of range" if len(bad) > 1 else ""))
         merges = need("tokenizer.ggml.merges", "an array of strings").value
         # BPE here ranks a pair by the id of its concatenation, which is exactly
         # tiktoken's rule; the merges list (every valid split of every token,
