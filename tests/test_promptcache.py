@@ -221,3 +221,124 @@ def test_the_cli_keeps_prompts_by_default_and_not_when_told(tiny_path, tmp_path)
     out = subprocess.run(run + ["-p", "x", "--prompt-cache-size", "lots"], capture_output=True, text=True, env=env,
                          timeout=120)
     assert out.returncode != 0 and "--prompt-cache-size" in out.stderr and "Traceback" not in out.stderr
+
+
+RAW = list(range(1000, 1040))                      # a raw prompt of 40 ids: its whole state is kept
+
+
+def test_a_header_whose_tokens_were_changed_is_never_used(tiny_path, folder):
+    """The checksum covers the payload; a token flipped in the header had
+    restored prompt A's state for prompt B (a silently wrong answer). The
+    name, its tokens' hash, no longer matches: the entry is deleted."""
+    m = load(tiny_path, folder)
+    m.generate(RAW, 2)
+    m.close()
+    (path,) = entries(folder)
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    at = raw.index(b"1039]")
+    raw[at:at + 5] = b"1038]"
+    with open(path, "wb") as f:
+        f.write(bytes(raw))
+    other = RAW[:-1] + [1038, 7]
+    cold = load(tiny_path).generate(other, 8, reuse_cache=False).token_ids
+    m = load(tiny_path, folder)
+    r = m.generate(other, 8)
+    assert r.cached_tokens == 0 and r.token_ids == cold and m.prompt_cache.rejected == 1
+    m.close()
+
+
+def test_a_header_that_is_no_object_is_deleted(tiny_path, folder):
+    cold = load(tiny_path).generate(RAW, 4, reuse_cache=False).token_ids
+    for head in (b"[]", b"null", b'"x"'):
+        m = load(tiny_path, folder)                 # (each a fresh process's view)
+        os.makedirs(m.prompt_cache.folder, exist_ok=True)
+        bad = os.path.join(m.prompt_cache.folder, "0123456789abcdef" * 2 + SUFFIX)
+        with open(bad, "wb") as f:
+            f.write(b"GDKV" + (1).to_bytes(4, "little") + len(head).to_bytes(8, "little") + head)
+        assert m.generate(RAW, 4).token_ids == cold           # (a TypeError here had ended every run)
+        assert not os.path.exists(bad) and m.prompt_cache.rejected == 1
+        m.close()
+
+
+def test_a_folder_that_fails_turns_the_cache_off_not_the_run(tiny_path, folder):
+    """A file where the identity's folder should be (as a read-only or full
+    disk, a link loop): the run answers as a cold one, with one note."""
+    m = load(tiny_path, folder)
+    notes = []
+    m.on_note = notes.append
+    os.makedirs(folder)
+    open(m.prompt_cache.folder, "w").close()
+    cold = load(tiny_path).generate(RAW, 6, reuse_cache=False).token_ids
+    for _ in range(2):
+        r = m.generate(RAW, 6)
+        assert r.token_ids == cold
+        m._cache.reset()
+    assert m.prompt_cache.off and len(notes) == 1 and f"the prompt cache ({folder}) is off for this run" in notes[0]
+    m.close()
+
+
+def _write_entry_like(path, size, age):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"\0" * size)
+    t = os.path.getmtime(path) - age
+    os.utime(path, (t, t))
+
+
+def test_the_cap_holds_for_every_identity_and_stale_files_go(tiny_path, folder):
+    """One LRU order over the folder: an old model's entries age out (the cap
+    had held per identity, and old identities' entries stayed forever), its
+    emptied folder goes; a killed writer's old temporary file goes, a fresh
+    one (a live writer's) stays."""
+    m = load(tiny_path, folder)
+    one = load(tiny_path, str(os.path.join(folder, "..", "probe")))
+    one.generate(RAW, 2)
+    size = os.path.getsize(entries(str(os.path.join(folder, "..", "probe")))[0])
+    one.close()
+    old = os.path.join(folder, "ab" * 12, "cd" * 16 + SUFFIX)
+    _write_entry_like(old, size, age=3600)
+    os.utime(os.path.dirname(old), (os.path.getmtime(old),) * 2)
+    os.makedirs(m.prompt_cache.folder)
+    stale, fresh = (os.path.join(m.prompt_cache.folder, n) for n in ("tmpold.tmp", "tmpnew.tmp"))
+    _write_entry_like(stale, 10, age=3600)
+    _write_entry_like(fresh, 10, age=0)
+    m.prompt_cache.cap = int(1.5 * size)
+    m.generate(RAW, 2)
+    assert entries(folder) == [os.path.join(m.prompt_cache.folder, tokens_key(RAW) + SUFFIX)]
+    assert not os.path.exists(os.path.dirname(old))
+    assert not os.path.exists(stale) and os.path.exists(fresh)
+    m.close()
+
+
+def test_an_entry_larger_than_the_cap_is_not_written(tiny_path, folder, tmp_path):
+    """Its payload within the cap, its whole file not: it had been written,
+    then evicted everything, itself too."""
+    probe = str(tmp_path / "probe")
+    m = load(tiny_path, probe)
+    m.generate(RAW, 2)
+    size = os.path.getsize(entries(probe)[0])
+    m.close()
+    m = load(tiny_path, folder)
+    small = list(range(3000, 3034))                  # a smaller entry, kept first
+    m.prompt_cache.cap = size - 1
+    m.generate(small, 2)
+    kept = entries(folder)
+    assert len(kept) == 1
+    m.generate(RAW, 2)                               # its file is one byte over the cap
+    assert entries(folder) == kept
+    m.close()
+
+
+def test_a_shorter_context_skips_a_longer_entry_and_keeps_it(tiny_path, folder):
+    long = list(range(1000, 1200))
+    m = load(tiny_path, folder)
+    m.generate(long, 2)
+    (entry,) = entries(folder)
+    m.close()
+    short = goosedump.load(tiny_path, n_ctx=199, options=Options.from_env(prompt_cache=folder))
+    prompt = long[:196] + [7]
+    r = short.generate(prompt, 2)
+    assert r.cached_tokens == 0 and r.token_ids == load(tiny_path).generate(prompt, 2, reuse_cache=False).token_ids
+    assert os.path.exists(entry) and short.prompt_cache.rejected == 0
+    short.close()

@@ -131,8 +131,16 @@ class Model:
         if self._prompt_cache is None:
             from .promptcache import PromptCache, model_identity
             self._prompt_cache = PromptCache(o.prompt_cache, model_identity(self.file, o.activations),
-                                             o.prompt_cache_bytes)
+                                             o.prompt_cache_bytes, note=self._note)
         return self._prompt_cache
+
+    def _note(self, text: str) -> None:
+        """A note through on_note (set later than the prompt cache may be made), or to the log."""
+        if self.on_note is not None:
+            self.on_note(text)
+        else:
+            import logging
+            logging.getLogger("goosedump").warning(text)
 
     def new_cache(self, n_ctx: int | None = None) -> KVCache:
         return KVCache(self.config, n_ctx or self.n_ctx)

@@ -10,16 +10,22 @@ per-layer shapes, a checksum of the payload) and each layer's keys and
 values for the positions it keeps (full layers every position, sliding
 layers their ring's last window). Entries are written whole to a temporary
 name and renamed, used least-recently-first, evicted past a byte cap; one
-that does not parse, names another identity or fails its checksum is
-deleted and never used. Restored, a KV state is the very fp16 the cold run
+that does not parse, names another identity, holds tokens its name does
+not hash to or fails its checksum is deleted and never used. The byte cap
+holds for the whole folder, every identity's entries in one LRU order (old
+models' and engine versions' entries age out). A folder that cannot be read
+or written turns the cache off for the run, with one note: it costs the
+cache, never the run. Restored, a KV state is the very fp16 the cold run
 wrote, so output with it equals a cold run's, bit for bit."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import struct
 import tempfile
+import time
 
 import numpy as np
 
@@ -33,6 +39,8 @@ _HEAD = struct.Struct("<4sIQ")     # magic, format, header bytes
 SUFFIX = ".kv"
 MIN_TOKENS = 32                    # shorter prefixes are quicker to prefill than to look up
 MAX_ENTRIES = 256                  # a bound on the headers held and compared per lookup
+IDENTITY = re.compile(r"[0-9a-f]{24}")   # an identity folder's name (model_identity)
+STALE_TMP_SECONDS = 600            # a temporary file older than this is a killed writer's
 
 
 def default_folder() -> str:
@@ -71,10 +79,12 @@ def _kept_positions(n: int, cap: int) -> np.ndarray:
 
 
 class PromptCache:
-    def __init__(self, folder: str, identity: str, cap_bytes: int):
-        self.folder = os.path.join(folder, identity)
+    def __init__(self, folder: str, identity: str, cap_bytes: int, note=None):
+        self.root, self.folder = folder, os.path.join(folder, identity)
         self.identity, self.cap = identity, int(cap_bytes)
         self.restored = self.saved = self.rejected = 0
+        self.note = note            # where the one note goes when the folder fails (or None)
+        self.off: str | None = None  # why the cache is off for this run (the folder failed), or None
         # The headers in memory, each file's read once: path -> (header, tokens,
         # bytes), and the paths by their first MIN_TOKENS tokens (an entry can
         # only serve a prompt that starts with them). Brought up to the folder
@@ -103,6 +113,14 @@ class PromptCache:
             key = self._start(entry[1])
             if key in self._by_start:
                 self._by_start[key].discard(path)
+
+    def _switch_off(self, e: OSError) -> None:
+        """The folder failed (read-only, full, not a folder, a link loop): the
+        run goes on without the cache, and says so once."""
+        if self.off is None:
+            self.off = str(e)
+            if self.note is not None:
+                self.note(f"goosedump: the prompt cache ({self.root}) is off for this run: {e}")
 
     def _sync(self) -> None:
         try:
@@ -143,15 +161,21 @@ class PromptCache:
                 if magic != MAGIC or fmt != FORMAT or size > 64 << 20:
                     raise ValueError("not an entry of this format")
                 head = json.loads(f.read(size))
+            if not isinstance(head, dict):
+                raise ValueError("a header that is no object")
             if head["identity"] != self.identity:
                 raise ValueError("another model's entry")
             toks, layers = head["tokens"], head["layers"]
             if not (isinstance(toks, list) and all(type(t) is int and 0 <= t < 1 << 31 for t in toks)
                     and isinstance(layers, list) and isinstance(head["checksum"], str)):
                 raise ValueError("a malformed header")
+            # (the checksum covers the payload: a flipped token in the header
+            # would restore another prompt's state for this one)
+            if os.path.basename(path) != tokens_key(toks) + SUFFIX:
+                raise ValueError("tokens its name does not hash to")
             head["offset"] = _HEAD.size + size
             return head
-        except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError):
+        except (OSError, ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
             self._reject(path)
             return None
 
@@ -172,6 +196,8 @@ class PromptCache:
         found = None
         for path in sorted(self._by_start.get(self._start(prompt), ())):
             head, toks, _ = self._index[path]
+            if len(toks) > cache.n_ctx:      # another run's longer context: not for this one, yet sound
+                continue
             n = min(len(toks), len(prompt) - 1)
             differ = np.flatnonzero(toks[:n] != prompt[:n])
             shared = int(differ[0]) if len(differ) else n
@@ -186,11 +212,19 @@ class PromptCache:
         prompt to reuse than cache holds now (an entry that fails its checks
         is deleted and the next best tried); returns the prefix cache can
         now reuse."""
+        if self.off is None:
+            try:
+                self._restore(prompt, cache)
+            except OSError as e:
+                self._switch_off(e)
+        return cache.reusable(prompt)
+
+    def _restore(self, prompt, cache: KVCache) -> None:
         have = cache.reusable(prompt)
         while True:
             found = self.best(prompt, cache, than=max(have, MIN_TOKENS - 1))
             if found is None:
-                return have
+                return
             path, head, _ = found
             arrays = self._load(path, head, cache)
             if arrays is not None:
@@ -206,9 +240,8 @@ class PromptCache:
             v[pos % len(v)] = va[len(va) - keep:]
         cache.n, cache.tokens = n, toks.tolist()
         cache.save_window()
-        os.utime(path)                        # most recently used
         self.restored += 1
-        return cache.reusable(prompt)
+        os.utime(path)                        # most recently used
 
     def _load(self, path: str, head: dict, cache: KVCache) -> list | None:
         """The entry's (keys, values) per layer, checked against its checksum
@@ -216,7 +249,7 @@ class PromptCache:
         n, layers = len(self._index[path][1]), head["layers"]
         try:
             if len(layers) != len(cache.k) or n > cache.n_ctx:
-                raise ValueError("another model's layers, or a longer context than this run's")
+                raise ValueError("another model's layers")
             with open(path, "rb") as f:
                 f.seek(head["offset"])
                 payload = f.read()
@@ -241,9 +274,17 @@ class PromptCache:
 
     # -- writing
     def has(self, tokens) -> bool:
+        """Whether an entry holds exactly tokens (then most recently used);
+        with the cache off, True: nothing is to be saved."""
+        if self.off is not None:
+            return True
         path = os.path.join(self.folder, tokens_key(tokens) + SUFFIX)
-        if os.path.exists(path):
-            os.utime(path)
+        try:
+            if os.path.exists(path):
+                os.utime(path)
+                return True
+        except OSError as e:
+            self._switch_off(e)
             return True
         return False
 
@@ -253,6 +294,13 @@ class PromptCache:
         n = len(tokens)
         if n < MIN_TOKENS or self.cap <= 0 or self.has(tokens):
             return
+        try:
+            self._save(tokens, k_layers, v_layers)
+        except OSError as e:
+            self._switch_off(e)
+
+    def _save(self, tokens, k_layers, v_layers) -> None:
+        n = len(tokens)
         parts, layers = [], []
         for k, v in zip(k_layers, v_layers):
             slots = _kept_positions(n, len(k)) % len(k)
@@ -261,45 +309,89 @@ class PromptCache:
         payload = b"".join(p.tobytes() for p in parts)
         head = json.dumps({"identity": self.identity, "engine": __version__, "tokens": [int(t) for t in tokens],
                            "layers": layers, "checksum": hashlib.blake2b(payload, digest_size=16).hexdigest()}).encode()
-        if len(payload) > self.cap:
-            return
+        if _HEAD.size + len(head) + len(payload) > self.cap:
+            return                            # (written, it would only evict everything, itself too)
+        os.makedirs(self.folder, exist_ok=True)
+        self._sweep()
         try:
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+        except FileNotFoundError:             # (another process's eviction took the folder just made)
             os.makedirs(self.folder, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+        try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_HEAD.pack(MAGIC, FORMAT, len(head)))
                 f.write(head)
                 f.write(payload)
-            path = os.path.join(self.folder, tokens_key(tokens) + SUFFIX)
-            os.replace(tmp, path)
+            os.replace(tmp, os.path.join(self.folder, tokens_key(tokens) + SUFFIX))
         except OSError:
-            return                            # a full or read-only disk costs the cache, not the run
+            try:
+                os.unlink(tmp)                # (a full disk: no half-written file left behind)
+            except OSError:
+                pass
+            raise
         self.saved += 1
         self._sync()                          # (the folder moved: the new entry's header joins the index)
         self._evict()
 
+    def _sweep(self) -> None:
+        """Remove the temporary files of writers killed mid-write (older than
+        STALE_TMP_SECONDS: a live writer's is seconds old)."""
+        now = time.time()
+        for name in os.listdir(self.folder):
+            if name.endswith(".tmp"):
+                path = os.path.join(self.folder, name)
+                try:
+                    if now - os.stat(path).st_mtime > STALE_TMP_SECONDS:
+                        os.unlink(path)
+                except OSError:
+                    pass
+
     def save_cache(self, cache: KVCache) -> None:
         self.save(cache.tokens[:cache.n], cache.k, cache.v)
 
-    def _evict(self) -> None:
-        """Remove the least recently used entries past the cap."""
-        if sum(size for _, _, size in self._index.values()) <= self.cap and len(self._index) <= MAX_ENTRIES:
-            return
-        entries = []
-        for path in self._entries():
-            try:
-                st = os.stat(path)
-            except OSError:
+    def _all_entries(self) -> list[tuple[float, int, str]]:
+        """(last use, bytes, path) of every identity's entries in the folder."""
+        out = []
+        for name in os.listdir(self.root):
+            folder = os.path.join(self.root, name)
+            if not IDENTITY.fullmatch(name) or not os.path.isdir(folder):
                 continue
-            entries.append((st.st_mtime, st.st_size, path))
-        total, count = sum(e[1] for e in entries), len(entries)
+            for f in os.listdir(folder):
+                if f.endswith(SUFFIX):
+                    try:
+                        st = os.stat(os.path.join(folder, f))
+                    except OSError:
+                        continue
+                    out.append((st.st_mtime, st.st_size, os.path.join(folder, f)))
+        return out
+
+    def _evict(self) -> None:
+        """Remove the least recently used entries, of any identity, while the
+        folder's entries pass the cap (or this identity's pass MAX_ENTRIES);
+        then the other identities' folders it emptied."""
+        entries = self._all_entries()
+        total = sum(size for _, size, _ in entries)
+        own = sum(1 for *_, path in entries if os.path.dirname(path) == self.folder)
+        if total <= self.cap and own <= MAX_ENTRIES:
+            return
+        emptied = set()
         for _, size, path in sorted(entries):
-            if total <= self.cap and count <= MAX_ENTRIES:
+            if total <= self.cap and own <= MAX_ENTRIES:
                 break
-            count -= 1
+            mine = os.path.dirname(path) == self.folder
+            if total <= self.cap and not mine:
+                continue                      # (only this identity's count is over: its own go)
             try:
                 os.unlink(path)
             except OSError:
                 pass
             self._drop(path)
             total -= size
+            own -= mine
+            emptied.add(os.path.dirname(path))
+        for folder in emptied - {self.folder}:
+            try:
+                os.rmdir(folder)              # (only an empty one goes)
+            except OSError:
+                pass
