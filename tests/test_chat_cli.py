@@ -262,3 +262,87 @@ def test_load_refuses_a_conversation_the_chat_cannot_render(tiny_model, tmp_path
     path.write_text('{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}')
     s.load(str(path))
     assert "loaded 2 messages" in err.getvalue() and s.system == "be brief" and s.history[-1]["content"] == "hi"
+
+
+def piped_chat(tiny_path, stdin: bytes, *args):
+    return subprocess.run([sys.executable, "-m", "goosedump", "chat", tiny_path, "--no-prompt-cache", "-n", "4",
+                           "-t", "1", "--temperature", "0", *args], input=stdin, capture_output=True, timeout=300)
+
+
+def test_piped_chat_survives_bad_bytes_and_sends_an_open_block(tiny_path, tmp_path):
+    """Bytes that are not UTF-8 become U+FFFD as they are typed (they had
+    reached /save as lone surrogates and ended the chat with a half-written
+    file); piped in, no prompts reach stdout; a \"\"\" block the input ends
+    inside is sent, not dropped."""
+    saved = tmp_path / "nb.json"
+    out = piped_chat(tiny_path, b"\xff\xfe bad\n/save " + str(saved).encode() + b'\nstill alive\n"""open\nblock\n')
+    assert out.returncode == 0, out.stderr
+    err = out.stderr.decode()
+    assert "Traceback" not in err and err.count(" tokens, ") == 3, err     # three answers
+    messages = json.loads(saved.read_text(encoding="utf-8"))["messages"]
+    assert messages[0]["content"] == "\ufffd\ufffd bad"
+    assert b">>> " not in out.stdout and b"... " not in out.stdout
+
+
+def session(model, **kw):
+    from goosedump.repl import ChatSession
+    err = io.StringIO()
+    kw = {"system": None, "reasoning_effort": "medium", "date": "2025-06-28", "sampling": None, "max_tokens": 4,
+          "show_reasoning": False, "out": io.StringIO(), "err": err, **kw}
+    return ChatSession(model, **kw), err
+
+
+def test_a_full_conversation_says_clear_and_goes_on(tiny_path):
+    """A conversation past the context: one line naming /clear (it had
+    advised --ctx and --max-tokens, neither of which the chat can change),
+    and the answer takes what the context leaves."""
+    import goosedump
+    from goosedump.sampling import SamplingParams
+    model = goosedump.load(tiny_path, n_ctx=200)
+    s, err = session(model, sampling=SamplingParams(temperature=0), max_tokens=40)
+    for i in range(12):
+        s.ask(f"Tell me about item number {i} please")
+        if "the conversation is full" in err.getvalue():
+            break
+    assert "/clear to start over" in err.getvalue() and "--max-tokens" not in err.getvalue()
+    kept = len(s.history)
+    s.command("/clear")
+    s.ask("Hello again")
+    assert len(s.history) == 2 < kept and s.history[-1]["role"] == "assistant"
+    model.close()
+
+
+def test_save_and_load_edge_cases(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    s, err = session(tiny_model)
+    s.command("/save ~/empty.json")                      # (~ is the home folder)
+    assert (tmp_path / "empty.json").exists()
+    s.command("/load ~/empty.json")                      # an empty conversation loads back
+    assert "loaded 0 messages" in err.getvalue(), err.getvalue()
+    s.command("/load")
+    assert "usage: /load FILE" in err.getvalue()
+    bad = tmp_path / "ids.json"
+    bad.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                            {"role": "assistant", "goosedump_token_ids": [10 ** 9]}]}))
+    s.command(f"/load {bad}")
+    assert "holds ids outside the vocabulary" in err.getvalue()
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(65 << 20)                             # sparse: refused by its size, never read
+    s.command(f"/load {big}")
+    assert "more than 64 MiB" in err.getvalue()
+    parts = tmp_path / "parts.json"
+    parts.write_text(json.dumps({"messages": [{"role": "system", "content": [{"type": "text", "text": "hi"}]}]}))
+    s.command(f"/load {parts}")
+    assert s.system == "hi"
+    assert "Traceback" not in err.getvalue()
+
+
+def test_a_vanishing_temperature_is_greedy(tiny_path):
+    """x / T overflowed for T = 5e-324 and the sampler's NaNs picked token
+    n_vocab (a traceback)."""
+    base = ["run", tiny_path, "-p", "Hi", "-n", "4", "--json", "--no-prompt-cache"]
+    tiny = run_cli(*base, "--temperature", "5e-324")
+    assert tiny.returncode == 0, tiny.stderr
+    greedy = run_cli(*base, "--temperature", "0")
+    assert json.loads(tiny.stdout)["token_ids"] == json.loads(greedy.stdout)["token_ids"]

@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"goosedump: error: {e}", file=sys.stderr)
         return 2
     except MemoryError as e:       # (an allocation this machine refused: say what, not a traceback)
-        print(f"goosedump: error: out of memory: {e or 'an allocation failed'}", file=sys.stderr)
+        print(f"goosedump: error: out of memory: {str(e) or 'an allocation failed'}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -8,7 +8,8 @@ import os
 import sys
 import time
 
-from .chat import TOKENS_KEY, ChatError
+from .chat import TOKENS_KEY, ChatError, _text
+from .result import ContextOverflowError
 from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply, print_timings
 
 HELP = """commands:
@@ -56,19 +57,26 @@ class ChatSession:
         started = time.perf_counter()
         self.history.append({"role": "user", "content": text})
         try:
-            n = self.max_tokens
-            if n == -1:     # until the end of generation or the context
-                ids = self.model.render_chat(self.messages(), reasoning_effort=self.effort, date=self.date)
-                n = max(1, self.model.n_ctx - len(ids))
+            # the answer takes what the context leaves, at most num_predict (-1: all of it)
+            ids = self.model.render_chat(self.messages(), reasoning_effort=self.effort, date=self.date)
+            room = self.model.n_ctx - len(ids)
+            if room < 1:
+                raise ContextOverflowError(len(ids), 1, self.model.n_ctx)
+            n = room if self.max_tokens == -1 else min(self.max_tokens, room)
             stream = self.model.chat_stream(self.messages(), n, reasoning_effort=self.effort,
                                             date=self.date, sampling=self.sampling, profile=self.profile,
                                             reasoning_budget=self.reasoning_budget,
                                             response_format=self.response_format)
-        except (ChatError, ValueError) as e:   # e.g. the conversation outgrew the context
+            print_reply(stream, ReplyPrinter(self.out, self.err, self.show_reasoning), interruptible=True)
+        except ContextOverflowError as e:
+            self.history.pop()
+            self.err.write(f"error: the conversation is full: its prompt takes {e.n_prompt} tokens of the "
+                           f"context's {e.n_ctx} (-c/--ctx): /clear to start over\n")
+            return
+        except (ChatError, ValueError, MemoryError) as e:   # the turn fails; the chat goes on
             self.history.pop()
             self.err.write(f"error: {e}\n")
             return
-        print_reply(stream, ReplyPrinter(self.out, self.err, self.show_reasoning), interruptible=True)
         r = stream.result
         message = stream.reply.to_message()
         if r.stop_reason == "interrupted":
@@ -103,7 +111,10 @@ class ChatSession:
         elif name == "show":
             self.show(arg)
         elif name == "load":
-            self.load(arg)
+            if not arg:
+                self.err.write("usage: /load FILE\n")
+            else:
+                self.load(arg)
         elif name == "effort":
             if arg not in ("low", "medium", "high"):
                 self.err.write(f"usage: /effort low|medium|high (now {self.effort})\n")
@@ -120,14 +131,7 @@ class ChatSession:
             if not arg:
                 self.err.write("usage: /save FILE\n")
             else:
-                try:
-                    messages = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in self.messages()]
-                    with open(arg, "w", encoding="utf-8") as f:
-                        json.dump({"reasoning_effort": self.effort, "messages": messages}, f,
-                                  ensure_ascii=False, indent=2)
-                    self.err.write(f"saved {len(self.messages())} messages to {arg}\n")
-                except OSError as e:
-                    self.err.write(f"error: cannot write {arg}: {e.strerror}\n")
+                self.save(arg)
         elif name == "reasoning":
             if arg not in ("on", "off"):
                 self.err.write("usage: /reasoning on|off\n")
@@ -218,12 +222,34 @@ class ChatSession:
         else:
             self.err.write("usage: /show info|parameters|system\n")
 
-    def load(self, path: str) -> None:
+    def save(self, arg: str) -> None:
+        """The conversation as JSON, written whole or not at all (a temporary
+        file renamed into place: a failure leaves no half-written file)."""
+        path = os.path.expanduser(arg)
+        messages = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in self.messages()]
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            text = json.dumps({"reasoning_effort": self.effort, "messages": messages}, ensure_ascii=False, indent=2)
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+            self.err.write(f"saved {len(messages)} messages to {arg}\n")
+        except OSError as e:
+            self.err.write(f"error: cannot write {arg}: {e.strerror or e}\n")
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def load(self, arg: str) -> None:
         """A conversation /save wrote: its messages (a system message first
         becomes the system message) and reasoning effort."""
+        from .commands import MAX_FLAG_FILE
+        path = os.path.expanduser(arg)
         try:
             if os.path.exists(path) and not os.path.isfile(path):
                 raise ValueError("not a file")
+            if os.path.getsize(path) > MAX_FLAG_FILE:
+                raise ValueError(f"more than {MAX_FLAG_FILE >> 20} MiB")
             with open(path, encoding="utf-8") as f:
                 saved = json.load(f)
             if not isinstance(saved, dict) or "messages" not in saved:
@@ -234,18 +260,29 @@ class ChatSession:
             effort = saved.get("reasoning_effort", self.effort)
             if effort not in ("low", "medium", "high"):
                 raise ValueError(f"its reasoning_effort {effort!r} is not low, medium or high")
+            n_vocab = self.model.tokenizer.n_vocab
+            for i, m in enumerate(messages):
+                ids = m.get(TOKENS_KEY)
+                if isinstance(ids, list) and not all(type(t) is int and 0 <= t < n_vocab for t in ids):
+                    raise ValueError(f"messages[{i}].{TOKENS_KEY} holds ids outside the vocabulary (0..{n_vocab - 1})")
+            system = _text(messages[0].get("content"), "messages[0]") \
+                if messages and messages[0]["role"] == "system" else None
             # the conversation as the chat will render it, so a bad message is said now, not at every turn
-            self.model.render_chat(messages, reasoning_effort=effort, date=self.date)
+            # (an empty one, as /save writes after /clear, renders nothing yet)
+            if messages:
+                ids = self.model.render_chat(messages, reasoning_effort=effort, date=self.date)
+                if len(ids) >= self.model.n_ctx:
+                    raise ValueError(f"it takes {len(ids)} tokens, the whole context of {self.model.n_ctx} (-c/--ctx)")
         except OSError as e:
-            self.err.write(f"error: cannot read {path}: {e.strerror}\n")
+            self.err.write(f"error: cannot read {arg}: {e.strerror or e}\n")
             return
-        except (ChatError, ValueError, KeyError, TypeError) as e:
-            self.err.write(f"error: {path} is not a conversation /save wrote: {e}\n")
+        except (ChatError, ValueError, KeyError, TypeError, MemoryError) as e:
+            self.err.write(f"error: {arg} is not a conversation /save wrote: {e}\n")
             return
-        self.system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
-        self.history = messages[1:] if self.system is not None else messages
+        self.system = system
+        self.history = messages[1:] if system is not None else messages
         self.effort = effort
-        self.err.write(f"loaded {len(messages)} messages from {path}\n")
+        self.err.write(f"loaded {len(messages)} messages from {arg}\n")
 
 
 def read_message(first: str, more) -> str:
@@ -265,11 +302,36 @@ def read_message(first: str, more) -> str:
         lines.append(line)
 
 
+def typed(prompt: str) -> str:
+    """A line as input() reads it, bytes that are not UTF-8 (which reach it
+    as lone surrogates) as U+FFFD: they could not be written back (/save)."""
+    line = input(prompt)
+    try:
+        line.encode("utf-8")
+        return line
+    except UnicodeEncodeError:
+        return line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
+    # (piped in, no prompts: they would go into the answers on stdout)
+    more = "... " if sys.stdin.isatty() else ""
+    prompt = prompt if sys.stdin.isatty() else ""
+    ended = False
+
+    def next_line() -> str:
+        """A message's next line; at the input's end, what was typed is sent."""
+        nonlocal ended
+        try:
+            return typed(more)
+        except EOFError:
+            ended = True
+            return '"""'
+
     session.err.write(f"chatting with {session.model.path} (reasoning effort {session.effort}); "
                       f"/help for commands, Ctrl-D to leave\n")
     session.err.flush()
@@ -277,12 +339,12 @@ def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
         # a line, then (a message opened by \"\"\") its further lines; Ctrl-D
         # leaves, Ctrl-C drops what is being typed
         try:
-            line = input(prompt).strip()
+            line = typed(prompt).strip()
             if line.startswith("/"):
                 if not session.command(line):
                     return 0
                 continue
-            text = read_message(line, lambda: input("... "))
+            text = read_message(line, next_line)
         except EOFError:
             session.err.write("\n")
             return 0
@@ -291,3 +353,6 @@ def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
             continue
         if text.strip():
             session.ask(text)
+        if ended:
+            session.err.write("\n")
+            return 0

@@ -110,7 +110,10 @@ def distribution(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray | None, n
     if p.top_k and p.top_k < len(x):
         ids = np.argpartition(-x, p.top_k - 1)[:p.top_k]
         x = x[ids]
-    z = x / p.temperature
+    with np.errstate(over="ignore"):
+        z = x / p.temperature
+        if z.max() == np.inf:     # a temperature so small that x / T overflows: shift first (max 0, no inf - inf)
+            z = (x - x.max()) / p.temperature
     probs = np.exp(z - z.max())
     probs /= probs.sum()
     keep = None
