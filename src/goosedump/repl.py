@@ -33,6 +33,8 @@ ollama's spellings:
   /clear                    /reset;  /bye  /quit;  /?  /help
   \"\"\" ... \"\"\"               a message of several lines"""
 
+MAX_CONVERSATION = 64 << 20   # bytes /load reads at most (as run's -f files: commands.MAX_FLAG_FILE)
+
 # ollama's parameter names -> SamplingParams' (num_predict is the token limit)
 PARAMETERS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
               "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
@@ -243,13 +245,12 @@ class ChatSession:
     def load(self, arg: str) -> None:
         """A conversation /save wrote: its messages (a system message first
         becomes the system message) and reasoning effort."""
-        from .commands import MAX_FLAG_FILE
         path = os.path.expanduser(arg)
         try:
             if os.path.exists(path) and not os.path.isfile(path):
                 raise ValueError("not a file")
-            if os.path.getsize(path) > MAX_FLAG_FILE:
-                raise ValueError(f"more than {MAX_FLAG_FILE >> 20} MiB")
+            if os.path.getsize(path) > MAX_CONVERSATION:
+                raise ValueError(f"more than {MAX_CONVERSATION >> 20} MiB")
             with open(path, encoding="utf-8") as f:
                 saved = json.load(f)
             if not isinstance(saved, dict) or "messages" not in saved:

@@ -143,7 +143,8 @@ async def parse_body(request: Request, model: type[BaseModel], limit: int = DEFA
         where = unpaired_surrogate(data)
         if where is not None:
             raise bad_request(f"The request body's string at {where} holds an unpaired UTF-16 surrogate "
-                              f"(a \\ud800-\\udfff escape without its pair): it is not text.")
+                              f"(a \\ud800-\\udfff escape without its pair): it is not text.",
+                              param=re.split(r"[.\[ ]", where)[0])
     if not isinstance(data, dict):
         raise bad_request(f"The request body must be a JSON object, got {type(data).__name__}.")
     try:
