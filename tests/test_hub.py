@@ -126,3 +126,102 @@ def test_offline_names_say_what_to_download(hub, tmp_path):
     assert f"hf download {REPO} --include '*Q4_K_M*'" in out.stderr and str(tmp_path) in out.stderr
     out = run(hub, tmp_path, "pull", "ggml-org/gpt-oss-120b-GGUF", offline=True)
     assert out.returncode == 2 and "gpt-oss-120b-mxfp4-00003-of-00003.gguf" in out.stderr
+
+
+def test_a_partly_downloaded_split_set_is_fetched_whole_and_listed_as_incomplete(hub, tmp_path):
+    """A set with a part missing from the cache had counted as complete:
+    `pull` never fetched the rest, `list` never said so."""
+    assert run(hub, tmp_path, "pull", f"{REPO}:Q8_0").returncode == 0
+    snap = next(tmp_path.glob("models--*/snapshots/*"))
+    last = sorted(snap.glob("Q8_0/*.gguf"))[-1]
+    last.unlink()
+    out = run(hub, tmp_path, "list", "--json")
+    (q8,) = [m for m in json.loads(out.stdout)["models"] if m["name"] == f"{REPO}:Q8_0"]
+    assert not q8["complete"]
+    assert "(incomplete: `goosedump pull` fetches the rest)" in run(hub, tmp_path, "list").stdout
+    offline = run(hub, tmp_path, "pull", f"{REPO}:Q8_0", offline=True)
+    assert offline.returncode == 2 and "cannot be reached" in offline.stderr
+    out = run(hub, tmp_path, "pull", f"{REPO}:Q8_0")
+    assert out.returncode == 0, out.stderr
+    assert last.exists() and any(line.endswith(last.name) for line in hub.log)
+    # part 1 gone, the others there: listed, as incomplete
+    first = sorted(snap.glob("Q8_0/*.gguf"))[0]
+    first.unlink()
+    (q8,) = [m for m in json.loads(run(hub, tmp_path, "list", "--json").stdout)["models"]
+             if m["name"] == f"{REPO}:Q8_0"]
+    assert not q8["complete"] and q8["path"] is None
+
+
+def test_a_tag_is_a_whole_word_of_the_file_name(tmp_path):
+    """:F16 had picked the BF16 file (an unanchored search); every name
+    `list` prints resolves to that row's file."""
+    from goosedump.hub import Name, choose, quant_tag
+    files = ["gpt-oss-20b-BF16.gguf", "gpt-oss-20b-F16.gguf", "gpt-oss-20b-Q4_K_M.gguf", "gpt-oss-20b.gguf"]
+    for f in files:
+        assert choose(Name("o/r", tag=quant_tag(f)), files) == [f]
+    assert choose(Name("o/r", tag="f16"), files) == ["gpt-oss-20b-F16.gguf"]
+    assert choose(Name("o/r", tag="q4_k_m"), files) == ["gpt-oss-20b-Q4_K_M.gguf"]
+
+
+def test_ollama_names_folders_and_two_models(hub, tmp_path, monkeypatch):
+    # hf.co/ORG/REPO:QUANT (ollama's spelling of a Hub model) is the repo
+    out = run(hub, tmp_path, "pull", f"hf.co/{REPO}:Q4_K_M")
+    assert out.returncode == 0 and out.stdout.strip().endswith("gpt-oss-tiny-Q4_K_M.gguf"), out.stderr
+    out = run(hub, tmp_path, "pull", f"https://huggingface.co/{REPO}:Q4_K_M", offline=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith("gpt-oss-tiny-Q4_K_M.gguf"), out.stderr
+    # ollama's gpt-oss:20b is ggml-org's MXFP4 repo (offline here: its file is named)
+    out = run(hub, tmp_path, "pull", "gpt-oss:20b", offline=True)
+    assert out.returncode == 2 and "ggml-org/gpt-oss-20b-GGUF/gpt-oss-20b-mxfp4.gguf" in out.stderr
+    # a folder named like the repo, holding no model, does not hide the repo; one holding models is read
+    work = tmp_path / "work"
+    (work / REPO).mkdir(parents=True)
+    env_run = lambda *a: subprocess.run([sys.executable, "-m", "goosedump", *a], capture_output=True, text=True,
+                                        cwd=work, env={**os.environ, "HF_ENDPOINT": hub.endpoint,
+                                                       "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    out = env_run("pull", f"{REPO}:Q4_K_M")
+    assert out.returncode == 0 and out.stdout.strip().endswith("gpt-oss-tiny-Q4_K_M.gguf"), out.stderr
+    (work / REPO / "gpt-oss-tiny-MXFP4.gguf").write_bytes(hub.files["gpt-oss-tiny-mxfp4.gguf"])
+    out = env_run("pull", REPO)
+    assert out.returncode == 0 and out.stdout.strip() == f"{REPO}/gpt-oss-tiny-MXFP4.gguf", out.stderr
+    # two models named: an error, not one dropped
+    out = env_run("pull", f"{REPO}/gpt-oss-tiny-MXFP4.gguf", "-m", f"{REPO}:Q4_K_M")
+    assert out.returncode == 2 and "two models named" in out.stderr
+    # a bad $GOOSEDUMP_MODEL says where the name came from; HF_HUB_OFFLINE=false is online, as in huggingface_hub
+    out = subprocess.run([sys.executable, "-m", "goosedump", "pull"], capture_output=True, text=True,
+                         env={**os.environ, "GOOSEDUMP_MODEL": "/nope.gguf"})
+    assert out.returncode == 2 and "$GOOSEDUMP_MODEL: /nope.gguf: no such file" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "goosedump", "pull", f"{REPO}:Q4_K_M"], capture_output=True,
+                         text=True, env={**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(tmp_path / "c2"),
+                                         "HF_HUB_OFFLINE": "false"})
+    assert out.returncode == 0, out.stderr
+
+
+def test_pull_names_the_default_and_several_cached_models_offline(hub, tmp_path):
+    assert run(hub, tmp_path, "pull", f"{REPO}:Q4_K_M").returncode == 0
+    assert run(hub, tmp_path, "pull", f"{REPO}:MXFP4").returncode == 0
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(tmp_path), "GOOSEDUMP_MODEL": REPO}
+    out = subprocess.run([sys.executable, "-m", "goosedump", "pull"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stderr.startswith(f"{REPO}: 1 file"), out.stderr
+    # the cache holds two models of a repo without MXFP4 in their names: offline, they are the choices
+    snap = next(tmp_path.glob("models--*/snapshots/*"))
+    (snap / "gpt-oss-tiny-mxfp4.gguf").rename(snap / "gpt-oss-tiny-F16.gguf")
+    out = run(hub, tmp_path, "pull", REPO, offline=True)
+    assert out.returncode == 2 and "holds 2 models; name one" in out.stderr and "in the Hugging Face cache" in out.stderr
+
+
+def test_a_hub_that_never_answers_is_given_up_on(tmp_path, monkeypatch):
+    """A host that takes the connection and never answers (a stalled proxy)
+    had hung `pull` for good: the listing has a bound."""
+    import socket
+    from goosedump import hub as hubmod
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        monkeypatch.setattr(hubmod, "LISTING_TIMEOUT", 2.0)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        import huggingface_hub
+        with pytest.raises(hubmod.ModelNotFoundError, match="did not answer in 2 s"):
+            hubmod._listing(huggingface_hub.HfApi(endpoint=os.environ["HF_ENDPOINT"]), "someorg/stalled-GGUF")
+    finally:
+        server.close()

@@ -35,8 +35,12 @@ def flag_error(e) -> UsageError:
 
 def model_arg(args: argparse.Namespace) -> str | None:
     """The model the arguments name: -m/--model (-hf REPO with -hff FILE:
-    REPO:FILE), else the positional one."""
-    name = getattr(args, "model_opt", None) or getattr(args, "model", None)
+    REPO:FILE), else the positional one; both named is an error (one would
+    be dropped silently)."""
+    opt, positional = getattr(args, "model_opt", None), getattr(args, "model", None)
+    if opt is not None and positional is not None and opt != positional:
+        raise UsageError(f"two models named: {positional} and -m/-hf {opt}; name one")
+    name = opt or positional
     hf_file = getattr(args, "hf_file", None)
     if hf_file is not None:
         repo = getattr(args, "model_opt", None)

@@ -171,12 +171,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     from .gguf import GGUFFile
-    from .hub import resolve_model
+    from .hub import default_name, resolve_model
     path = resolve_model(model_arg(args))
     f = GGUFFile(path)
     for part in f.parts:
         print(part.path)
-    print(f"{model_arg(args)}: {len(f.parts)} file{'s' if len(f.parts) > 1 else ''}, "
+    print(f"{model_arg(args) or default_name()}: {len(f.parts)} file{'s' if len(f.parts) > 1 else ''}, "
           f"{format_bytes(sum(p.size for p in f.parts))}", file=sys.stderr)
     return 0
 

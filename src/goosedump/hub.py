@@ -2,9 +2,13 @@
 model argument that is not a local file is a Hugging Face repo id:
 
     REPO                 the repo's MXFP4 file (else its only model, else a list to choose from)
-    REPO:QUANT           the file (or split set) whose name carries the quant tag: Q4_K_M, Q8_0, F16,
-                         MXFP4, UD-Q4_K_XL...; case-insensitive, as llama.cpp matches it (TAG then . or -)
+    REPO:QUANT           the file (or split set) whose quant tag is QUANT (Q4_K_M, Q8_0, F16, MXFP4,
+                         UD-Q4_K_XL...), else whose name carries it as llama.cpp matches it (a whole
+                         word, then . or -); case-insensitive
     REPO:FILE.gguf       that file (folders included); a part of a split set brings the whole set
+    hf.co/REPO[:QUANT]   ollama's spelling of the same (https://huggingface.co/REPO too)
+    gpt-oss:20b          ollama's names of gpt-oss: ggml-org's MXFP4 repos
+    FOLDER               a local folder's model, chosen as a repo's is
 
 Files come into the standard Hugging Face cache (huggingface_hub), every
 part of a split set, and are found there again without the network.
@@ -13,8 +17,10 @@ download and where to put it."""
 from __future__ import annotations
 
 import os
+import queue
 import re
 import socket
+import threading
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -27,6 +33,13 @@ _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 # llama.cpp's gguf_filename_is_model: these GGUFs are not models
 _NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
+# ollama's names of the gpt-oss models, and the repos that hold the same MXFP4 files
+OLLAMA_NAMES = {"gpt-oss": DEFAULT_REPO, "gpt-oss:latest": DEFAULT_REPO, "gpt-oss:20b": DEFAULT_REPO,
+                "gpt-oss:120b": "ggml-org/gpt-oss-120b-GGUF"}
+# what ollama and a browser put before a Hugging Face repo id
+_HUB_PREFIX = re.compile(r"^(?:https?://)?(?:hf\.co|(?:www\.)?huggingface\.co)/", re.IGNORECASE)
+LISTING_TIMEOUT = 60.0      # seconds the Hub's file listing may take (huggingface_hub sets no bound on it)
+_TRUE = ("1", "ON", "YES", "TRUE")   # huggingface_hub's reading of a true environment variable
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -67,14 +80,14 @@ def is_model(path: str) -> bool:
     return base.endswith(".gguf") and not any(x in base for x in _NOT_MODELS)
 
 
-def split_set(path: str, files) -> list[str]:
-    """The parts of path's split set among files (just [path] if not split)."""
+def split_set(path: str, files=()) -> list[str]:
+    """Every part of path's split set, named as path names them (just [path]
+    if not split): all count of them, whether files holds them or not (a set
+    partly downloaded is not the set)."""
     m = _SPLIT.match(path)
     if m is None:
         return [path]
-    count = m["count"]
-    parts = sorted(f for f in files if (s := _SPLIT.match(f)) and s["prefix"] == m["prefix"] and s["count"] == count)
-    return parts
+    return [path[:m.start("no")] + f"{k:05d}" + path[m.end("no"):] for k in range(1, int(m["count"]) + 1)]
 
 
 def is_later_part(path: str) -> bool:
@@ -92,7 +105,12 @@ def choose(name: Name, files: list[str], sizes: dict[str, int] | None = None) ->
         return split_set(name.file, files)
     firsts = [f for f in models if not is_later_part(f)]
     if name.tag is not None:
-        pattern = re.compile(re.escape(name.tag) + r"[.-]", re.IGNORECASE)
+        # the file whose tag is the name's (as `list` names it) first: F16 is not BF16's
+        for f in firsts:
+            if (quant_tag(f) or "").upper() == name.tag.upper():
+                return split_set(f, files)
+        # then llama.cpp's reading (TAG then . or -), the tag a whole word of the name
+        pattern = re.compile(r"(?:^|[-._/])" + re.escape(name.tag) + r"[.-]", re.IGNORECASE)
         for f in firsts:
             if pattern.search(f):
                 return split_set(f, files)
@@ -165,8 +183,9 @@ def cached_files(repo: str) -> dict[str, str]:
 
 def hub_unreachable(timeout: float = 3.0) -> str | None:
     """None when the Hub's host answers; else the reason."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
-        return "HF_HUB_OFFLINE is set"
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):     # (as huggingface_hub reads them)
+        if os.environ.get(var, "").upper() in _TRUE:
+            return f"{var} is set"
     _, constants = _hf()
     url = urlparse(constants.ENDPOINT)
     host = url.hostname or "huggingface.co"
@@ -201,26 +220,88 @@ def resolve_model(arg: str | None, download: bool = True) -> str:
     """A local path for the model argument (None: $GOOSEDUMP_MODEL, else the
     default repo): the file, or the first part of a split set, downloading
     what the cache lacks."""
-    if arg is None:
-        arg = os.environ.get(ENV_MODEL) or DEFAULT_REPO
-    if os.path.exists(arg):
+    try:
+        return _resolve(arg, download)
+    except ModelNotFoundError as e:
+        if arg is None and os.environ.get(ENV_MODEL):     # (the user typed no model: say where it came from)
+            raise ModelNotFoundError(f"${ENV_MODEL}: {e}") from None
+        raise
+
+
+def default_name() -> str:
+    """The model named when none is: $GOOSEDUMP_MODEL, else the default repo."""
+    return os.environ.get(ENV_MODEL) or DEFAULT_REPO
+
+
+def _resolve(arg: str | None, download: bool) -> str:
+    arg = default_name() if arg is None else arg
+    if os.path.isfile(arg):
         return arg
+    if os.path.isdir(arg):
+        local = _in_folder(arg)
+        if local is not None or not _REPO.match(arg):
+            if local is None:
+                raise ModelNotFoundError(f"{arg}: a folder holding no GGUF model")
+            return local
+    arg = OLLAMA_NAMES.get(arg.lower(), arg)
+    arg = _HUB_PREFIX.sub("", arg)                # hf.co/ORG/REPO:QUANT, as ollama names Hub models
     if looks_like_path(arg):
-        raise ModelNotFoundError(f"{arg}: no such file")
+        raise ModelNotFoundError(f"{arg}: no such file" + (
+            " (ollama's gpt-oss names are gpt-oss:20b and gpt-oss:120b)" if arg.lower().startswith("gpt-oss:")
+            else ""))
     name = parse_name(arg)
     cached = cached_files(name.repo)
+    choice_error = None
     try:
         wanted = choose(name, sorted(cached)) if cached else None
-    except ModelNotFoundError:
-        wanted = None            # the cache may hold only part of the repo: ask the Hub
+    except ModelNotFoundError as e:
+        wanted, choice_error = None, e      # the cache may hold only part of the repo: ask the Hub
     if wanted and all(w in cached for w in wanted):
         return cached[wanted[0]]
     why = hub_unreachable()
     if why is not None:
+        if choice_error is not None and name.tag is None and name.file is None:
+            # several models cached, none named: those are the choices there are
+            raise ModelNotFoundError(f"{choice_error} (in the Hugging Face cache; the Hub cannot be reached: "
+                                     f"{why})") from None
         raise _offline_error(arg, name, why)
     if not download:
         raise ModelNotFoundError(f"{arg}: not in the Hugging Face cache")
     return download_model(name)[0]
+
+
+def _in_folder(folder: str) -> str | None:
+    """The model in a local folder (as `hf download --local-dir` leaves one),
+    chosen as a repo's is; None if it holds no GGUF model."""
+    files = sorted(os.path.relpath(os.path.join(r, n), folder).replace(os.sep, "/")
+                   for r, _, names in os.walk(folder) for n in names)
+    if not any(is_model(f) for f in files):
+        return None
+    wanted = choose(Name(folder.rstrip("/")), files)
+    return os.path.join(folder, wanted[0])
+
+
+def _listing(hf, repo: str) -> list:
+    """The repo's files from the Hub, in a thread bounded by LISTING_TIMEOUT:
+    huggingface_hub's client waits without a bound, and a host that takes
+    the connection and never answers (a captive portal, a stalled proxy)
+    had hung `pull` for good."""
+    out: queue.Queue = queue.Queue()
+
+    def fetch():
+        try:
+            out.put((True, [f for f in hf.list_repo_tree(repo, recursive=True) if hasattr(f, "size")]))
+        except BaseException as e:       # (handed to the caller's thread)
+            out.put((False, e))
+    threading.Thread(target=fetch, daemon=True).start()
+    try:
+        ok, value = out.get(timeout=LISTING_TIMEOUT)
+    except queue.Empty:
+        raise ModelNotFoundError(f"{repo}: the Hugging Face Hub took the connection but did not answer in "
+                                 f"{LISTING_TIMEOUT:g} s (a proxy or captive portal?)") from None
+    if not ok:
+        raise value
+    return value
 
 
 def download_model(name: Name) -> list[str]:
@@ -229,7 +310,7 @@ def download_model(name: Name) -> list[str]:
     hf, _ = _hf()
     from huggingface_hub import errors
     try:
-        listing = [f for f in hf.list_repo_tree(name.repo, recursive=True) if hasattr(f, "size")]
+        listing = _listing(hf, name.repo)
         sizes = {f.path: f.size for f in listing}
         wanted = choose(name, sorted(sizes), sizes)
         return [hf.hf_hub_download(name.repo, f) for f in wanted]
@@ -255,13 +336,13 @@ def cached_models() -> list[dict]:
         repo = entry[len("models--"):].replace("--", "/", 1)
         files = cached_files(repo)
         names = sorted(files)
-        for f in names:
-            if not is_model(f) or is_later_part(f):
-                continue
+        # a set's first part, present or not (a set missing it is listed, as incomplete)
+        firsts = sorted({split_set(f)[0] for f in names if is_model(f)})
+        for f in firsts:
             parts = split_set(f, names)
             tag = quant_tag(f)
             out.append({"name": f"{repo}:{tag}" if tag else f"{repo}:{f}", "repo": repo, "file": f,
-                        "path": files[f], "parts": len(parts),
+                        "path": files.get(f), "parts": len(parts),
                         "bytes": sum(os.path.getsize(files[p]) for p in parts if p in files),
                         "complete": all(p in files for p in parts)})
     return out
