@@ -265,8 +265,10 @@ def test_load_refuses_a_conversation_the_chat_cannot_render(tiny_model, tmp_path
 
 
 def piped_chat(tiny_path, stdin: bytes, *args):
+    # (stdin strict, as under a UTF-8 locale: the bytes must not end the chat there either)
     return subprocess.run([sys.executable, "-m", "goosedump", "chat", tiny_path, "--no-prompt-cache", "-n", "4",
-                           "-t", "1", "--temperature", "0", *args], input=stdin, capture_output=True, timeout=300)
+                           "-t", "1", "--temperature", "0", *args], input=stdin, capture_output=True, timeout=300,
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"})
 
 
 def test_piped_chat_survives_bad_bytes_and_sends_an_open_block(tiny_path, tmp_path):

@@ -183,6 +183,14 @@ def test_ollama_names_folders_and_two_models(hub, tmp_path, monkeypatch):
     (work / REPO / "gpt-oss-tiny-MXFP4.gguf").write_bytes(hub.files["gpt-oss-tiny-mxfp4.gguf"])
     out = env_run("pull", REPO)
     assert out.returncode == 0 and out.stdout.strip() == f"{REPO}/gpt-oss-tiny-MXFP4.gguf", out.stderr
+    # FOLDER:QUANT, as REPO:QUANT
+    (work / REPO / "gpt-oss-tiny-Q4_K_M.gguf").write_bytes(hub.files["gpt-oss-tiny-Q4_K_M.gguf"])
+    out = env_run("pull", f"{REPO}:q4_k_m")
+    assert out.returncode == 0 and out.stdout.strip() == f"{REPO}/gpt-oss-tiny-Q4_K_M.gguf", out.stderr
+    # a folder named as ollama's model (a clone of openai/gpt-oss), holding no GGUF, does not hide the name
+    (work / "gpt-oss").mkdir()
+    out = env_run("pull", "gpt-oss")
+    assert out.returncode == 2 and "ggml-org/gpt-oss-20b-GGUF" in out.stderr and "holding no GGUF" not in out.stderr
     # two models named: an error, not one dropped
     out = env_run("pull", f"{REPO}/gpt-oss-tiny-MXFP4.gguf", "-m", f"{REPO}:Q4_K_M")
     assert out.returncode == 2 and "two models named" in out.stderr
@@ -207,6 +215,20 @@ def test_pull_names_the_default_and_several_cached_models_offline(hub, tmp_path)
     (snap / "gpt-oss-tiny-mxfp4.gguf").rename(snap / "gpt-oss-tiny-F16.gguf")
     out = run(hub, tmp_path, "pull", REPO, offline=True)
     assert out.returncode == 2 and "holds 2 models; name one" in out.stderr and "in the Hugging Face cache" in out.stderr
+    # a cache that holds no model of the repo (its README): offline, what to download
+    readme = tmp_path / "readme-only" / "models--someorg--only-one-GGUF"
+    (readme / "refs").mkdir(parents=True)
+    (readme / "refs" / "main").write_text("abc")
+    (readme / "snapshots" / "abc").mkdir(parents=True)
+    (readme / "snapshots" / "abc" / "README.md").write_text("hi")
+    out = run(hub, tmp_path / "readme-only", "pull", "someorg/only-one-GGUF", offline=True)
+    assert out.returncode == 2 and "hf download someorg/only-one-GGUF" in out.stderr
+    # TRANSFORMERS_OFFLINE counts only where HF_HUB_OFFLINE is unset, as in huggingface_hub
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(tmp_path / "c3"), "HF_HUB_OFFLINE": "0",
+           "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-m", "goosedump", "pull", f"{REPO}:Q4_K_M"], capture_output=True,
+                         text=True, env=env)
+    assert out.returncode == 0, out.stderr
 
 
 def test_a_hub_that_never_answers_is_given_up_on(tmp_path, monkeypatch):

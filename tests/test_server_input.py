@@ -176,6 +176,20 @@ def test_no_lax_coercion(served, path, body, field):
     refused(send(base, path, body), field)
 
 
+def test_whole_number_floats_where_llama_cpp_and_ollama_take_them(served):
+    """llama.cpp and ollama read 4.0 as 4; OpenAI's routes keep integers strict."""
+    base, _ = served
+    ints = send(base, "/completion", {"prompt": "hi", "n_predict": 4, "temperature": 0, "n_probs": 2}).json()
+    floats = send(base, "/completion", {"prompt": "hi", "n_predict": 4.0, "temperature": 0, "n_probs": 2.0}).json()
+    assert floats["tokens_predicted"] == 4 and floats["content"] == ints["content"]
+    assert len(floats["completion_probabilities"][0]["top_logprobs"]) == 2
+    r = send(base, "/api/generate", {"prompt": "hi", "stream": False,
+                                     "options": {"num_predict": 3.0, "seed": 42.0, "top_k": 40.0}})
+    assert r.status_code == 200 and r.json()["eval_count"] == 3, r.text
+    refused(send(base, "/completion", {"prompt": "hi", "n_predict": 4.5}), "n_predict")
+    refused(send(base, "/v1/chat/completions", {"messages": USER, "max_tokens": 2.0}), "max_tokens")
+
+
 def test_null_is_the_default(served):
     base, _ = served
     r = send(base, "/v1/chat/completions", {"messages": USER, "max_tokens": 2, "stream": None})
@@ -198,10 +212,16 @@ def test_tool_parameters_must_be_a_schema(served):
                            ({"type": "object", "properties": 5}, "parameters.properties must be an object"),
                            ({"type": "object", "properties": {"a": {"type": "strin"}}},
                             "parameters.properties.a.type"),
-                           ({"type": "object", "required": "a"}, "parameters.required must be a list")):
+                           ({"type": "object", "required": "a"}, "parameters.required must be a list"),
+                           ({"type": "array", "items": [{"type": "string"}, {"type": "nope"}]},
+                            "parameters.items[1].type")):
         tool = {"type": "function", "function": {"name": "f", "parameters": params}}
         refused(send(base, "/v1/chat/completions", {"messages": USER, "max_tokens": 2, "tools": [tool]}),
                 "tools[0] (f): invalid schema", needle)
+    # items as a list (tuple validation, drafts 4-7) is a schema
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"pair": {"type": "array", "items": [{"type": "string"}, {"type": "number"}]}}}}}
+    assert send(base, "/v1/chat/completions", {"messages": USER, "max_tokens": 2, "tools": [tool]}).status_code == 200
 
 
 def test_ollama_format_errors_name_format(served):

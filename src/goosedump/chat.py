@@ -110,8 +110,11 @@ def schema_problem(schema, path: str, depth: int = 0) -> str | None:
             if (problem := schema_problem(v, f"{path}.properties.{k}", depth + 1)):
                 return problem
     items = schema.get("items")
-    if items is not None and (problem := schema_problem(items, f"{path}.items", depth + 1)):
-        return problem
+    for k, item in enumerate(items if isinstance(items, list) else [] if items is None else [items]):
+        # (a list: tuple validation, drafts 4-7)
+        at = f"{path}.items[{k}]" if isinstance(items, list) else f"{path}.items"
+        if (problem := schema_problem(item, at, depth + 1)):
+            return problem
     required = schema.get("required")
     if required is not None and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
         return f"{path}.required must be a list of property names, got {required!r}"

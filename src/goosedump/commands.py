@@ -91,8 +91,8 @@ def load_model(args: argparse.Namespace):
         said = getattr(args, "ctx_said", None)
         asked = ctx
         ctx = args.ctx = context_for(ctx, model.config.context_length, said)
-        check_kv_fits(model.config, ctx, said or (f"-c/--ctx {asked}" + (" (the model's context length)"
-                                                                          if asked == 0 else "")))
+        check_kv_fits(model.config, ctx, f"-c/--ctx {asked}" + (" (the model's context length)"
+                                                                 if asked == 0 else ""))
         model.n_ctx = ctx
     return model
 

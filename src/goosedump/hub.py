@@ -46,6 +46,10 @@ class ModelNotFoundError(FileNotFoundError):
     pass
 
 
+class AmbiguousModelError(ModelNotFoundError):
+    """Several models, none named: the message lists them."""
+
+
 @dataclass(frozen=True)
 class Name:
     repo: str
@@ -124,7 +128,7 @@ def choose(name: Name, files: list[str], sizes: dict[str, int] | None = None) ->
     if not firsts:
         raise ModelNotFoundError(f"{name.repo} holds no GGUF model (files: {', '.join(files[:12]) or 'none'})")
     tags = sorted({t for f in firsts if (t := quant_tag(f))})
-    raise ModelNotFoundError(f"{name.repo} holds {len(firsts)} models; name one, as {name.repo}:QUANT "
+    raise AmbiguousModelError(f"{name.repo} holds {len(firsts)} models; name one, as {name.repo}:QUANT "
                              f"({', '.join(tags[:12]) or 'QUANT'}) or {name.repo}:FILE: {describe(models, sizes)}")
 
 
@@ -183,9 +187,10 @@ def cached_files(repo: str) -> dict[str, str]:
 
 def hub_unreachable(timeout: float = 3.0) -> str | None:
     """None when the Hub's host answers; else the reason."""
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):     # (as huggingface_hub reads them)
-        if os.environ.get(var, "").upper() in _TRUE:
-            return f"{var} is set"
+    # as huggingface_hub reads them: the first of the two that is set, true
+    var = "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
+    if os.environ.get(var, "").upper() in _TRUE:
+        return f"{var} is set"
     _, constants = _hf()
     url = urlparse(constants.ENDPOINT)
     host = url.hostname or "huggingface.co"
@@ -237,11 +242,12 @@ def _resolve(arg: str | None, download: bool) -> str:
     arg = default_name() if arg is None else arg
     if os.path.isfile(arg):
         return arg
-    if os.path.isdir(arg):
-        local = _in_folder(arg)
-        if local is not None or not _REPO.match(arg):
+    folder, _, sel = arg.partition(":")
+    if os.path.isdir(folder):                # FOLDER, FOLDER:QUANT, FOLDER:FILE
+        local = _in_folder(folder, sel)
+        if local is not None or not (_REPO.match(folder) or arg.lower() in OLLAMA_NAMES):
             if local is None:
-                raise ModelNotFoundError(f"{arg}: a folder holding no GGUF model")
+                raise ModelNotFoundError(f"{folder}: a folder holding no GGUF model")
             return local
     arg = OLLAMA_NAMES.get(arg.lower(), arg)
     arg = _HUB_PREFIX.sub("", arg)                # hf.co/ORG/REPO:QUANT, as ollama names Hub models
@@ -254,13 +260,15 @@ def _resolve(arg: str | None, download: bool) -> str:
     choice_error = None
     try:
         wanted = choose(name, sorted(cached)) if cached else None
-    except ModelNotFoundError as e:
-        wanted, choice_error = None, e      # the cache may hold only part of the repo: ask the Hub
+    except AmbiguousModelError as e:
+        wanted, choice_error = None, e      # several cached (offline, the choices)
+    except ModelNotFoundError:
+        wanted = None                       # the cache may hold only part of the repo: ask the Hub
     if wanted and all(w in cached for w in wanted):
         return cached[wanted[0]]
     why = hub_unreachable()
     if why is not None:
-        if choice_error is not None and name.tag is None and name.file is None:
+        if choice_error is not None:
             # several models cached, none named: those are the choices there are
             raise ModelNotFoundError(f"{choice_error} (in the Hugging Face cache; the Hub cannot be reached: "
                                      f"{why})") from None
@@ -270,14 +278,20 @@ def _resolve(arg: str | None, download: bool) -> str:
     return download_model(name)[0]
 
 
-def _in_folder(folder: str) -> str | None:
+def _in_folder(folder: str, sel: str = "") -> str | None:
     """The model in a local folder (as `hf download --local-dir` leaves one),
-    chosen as a repo's is; None if it holds no GGUF model."""
+    chosen as a repo's is (sel: a QUANT or FILE, as after REPO:); None if it
+    holds no GGUF model."""
     files = sorted(os.path.relpath(os.path.join(r, n), folder).replace(os.sep, "/")
                    for r, _, names in os.walk(folder) for n in names)
     if not any(is_model(f) for f in files):
         return None
-    wanted = choose(Name(folder.rstrip("/")), files)
+    name = Name(folder.rstrip("/"), file=sel if sel.lower().endswith(".gguf") else None,
+                tag=sel if sel and not sel.lower().endswith(".gguf") else None)
+    wanted = choose(name, files)
+    missing = [w for w in wanted if w not in files]
+    if missing:
+        raise ModelNotFoundError(f"{folder}: the split set of {wanted[0]} lacks {', '.join(missing)}")
     return os.path.join(folder, wanted[0])
 
 

@@ -248,7 +248,7 @@ class PromptCache:
         and this cache's shapes; None (and the entry deleted) if they fail."""
         n, layers = len(self._index[path][1]), head["layers"]
         try:
-            if len(layers) != len(cache.k) or n > cache.n_ctx:
+            if len(layers) != len(cache.k):
                 raise ValueError("another model's layers")
             with open(path, "rb") as f:
                 f.seek(head["offset"])
@@ -312,12 +312,12 @@ class PromptCache:
         if _HEAD.size + len(head) + len(payload) > self.cap:
             return                            # (written, it would only evict everything, itself too)
         os.makedirs(self.folder, exist_ok=True)
-        self._sweep()
         try:
             fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
         except FileNotFoundError:             # (another process's eviction took the folder just made)
             os.makedirs(self.folder, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+        self._sweep()
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_HEAD.pack(MAGIC, FORMAT, len(head)))
@@ -338,7 +338,11 @@ class PromptCache:
         """Remove the temporary files of writers killed mid-write (older than
         STALE_TMP_SECONDS: a live writer's is seconds old)."""
         now = time.time()
-        for name in os.listdir(self.folder):
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return
+        for name in names:
             if name.endswith(".tmp"):
                 path = os.path.join(self.folder, name)
                 try:
@@ -357,7 +361,11 @@ class PromptCache:
             folder = os.path.join(self.root, name)
             if not IDENTITY.fullmatch(name) or not os.path.isdir(folder):
                 continue
-            for f in os.listdir(folder):
+            try:
+                names = os.listdir(folder)
+            except OSError:                   # (another user's, or one just removed: not this run's failure)
+                continue
+            for f in names:
                 if f.endswith(SUFFIX):
                     try:
                         st = os.stat(os.path.join(folder, f))
@@ -384,8 +392,10 @@ class PromptCache:
                 continue                      # (only this identity's count is over: its own go)
             try:
                 os.unlink(path)
+            except FileNotFoundError:
+                pass                          # (another process took it: gone all the same)
             except OSError:
-                pass
+                continue                      # (not ours to remove: it still counts)
             self._drop(path)
             total -= size
             own -= mine

@@ -319,17 +319,25 @@ def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
+    # bytes that are not UTF-8 reach typed() as lone surrogates whatever the
+    # locale (a strict one had made input() raise, ending the chat)
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="surrogateescape")
     # (piped in, no prompts: they would go into the answers on stdout)
-    more = "... " if sys.stdin.isatty() else ""
-    prompt = prompt if sys.stdin.isatty() else ""
+    piped = not sys.stdin.isatty()
+    more = "" if piped else "... "
+    prompt = "" if piped else prompt
     ended = False
 
     def next_line() -> str:
-        """A message's next line; at the input's end, what was typed is sent."""
+        """A message's next line; piped in, at the input's end, what was typed
+        is sent (on a terminal Ctrl-D leaves, the message dropped)."""
         nonlocal ended
         try:
             return typed(more)
         except EOFError:
+            if not piped:
+                raise
             ended = True
             return '"""'
 

@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict
 
 from ..logprobs import MAX_TOP, Unread, entry
 from ..reply import StopFilter
@@ -21,7 +21,7 @@ from .completions import text_pieces
 from .errors import bad_request
 from .ollama_params import OFF, SAMPLING, read_options
 from .params import check_text_fits, sampling_params, token_ids
-from .schemas import Fields, openapi_extra
+from .schemas import Fields, Stream, WholeInt, openapi_extra
 from .sse import sse, stream_error
 
 OPTIONS = (*SAMPLING, *OFF, "n_predict", "stop", "repeat_last_n")
@@ -37,19 +37,14 @@ class LlamaCompletionBody(BaseModel):
     strictly (schemas.py), a null stream the default."""
     model_config = ConfigDict(extra="allow", strict=True)
     prompt: Union[str, list[Union[int, str]]]
-    stream: bool = False
-    n_predict: Union[int, None] = None
+    stream: Stream = False
+    n_predict: Union[WholeInt, None] = None
     stop: Union[list[str], None] = None
     grammar: Union[str, None] = None
     json_schema: Union[dict[str, Any], None] = None
-    n_probs: int = 0
+    n_probs: WholeInt = 0
     return_tokens: bool = False
     logit_bias: Union[dict[str, Any], list[Any], None] = None     # (bias() reads them)
-
-    @field_validator("stream", mode="before")
-    @classmethod
-    def _null_stream(cls, v):
-        return False if v is None else v
 
 
 REPLY = {"type": "object", "required": ["content", "stop"]}
@@ -82,7 +77,7 @@ def bias(value, tok) -> dict[str, float]:
     if value is None:
         return {}
     if isinstance(value, dict):       # {"15043": bias} or {"Hello": bias}
-        value = [[int(k) if k.isdigit() else k, b] for k, b in value.items()]
+        value = [[int(k) if k.isascii() and k.isdigit() else k, b] for k, b in value.items()]
     out: dict[str, float] = {}
     for i, pair in enumerate(value):
         if not (isinstance(pair, list) and len(pair) == 2):
@@ -96,8 +91,8 @@ def bias(value, tok) -> dict[str, float]:
                               param="logit_bias")
         if isinstance(what, str):
             ids = tok.encode(what)
-        elif isinstance(what, int) and not isinstance(what, bool):
-            ids = [what]
+        elif isinstance(what, (int, float)) and not isinstance(what, bool) and float(what).is_integer():
+            ids = [int(what)]
         else:
             raise bad_request(f"logit_bias[{i}]'s token must be a token id or a text, got {what!r}",
                               param="logit_bias")

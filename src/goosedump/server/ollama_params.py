@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..harmony import REASONING_EFFORTS
 from .errors import APIError, bad_request
 from .params import sampling_params, top_count
-from .schemas import Fields
+from .schemas import Fields, StreamOn, WholeInt, as_whole
 
 
 class OllamaFields(BaseModel):
@@ -20,18 +20,13 @@ class OllamaFields(BaseModel):
     ollama ignores them. Typed strictly (schemas.py), a null stream the default."""
     model_config = ConfigDict(extra="allow", strict=True)
     model: Union[str, None] = None
-    stream: bool = True                 # ollama streams unless told not to
+    stream: StreamOn = True             # ollama streams unless told not to
     options: Union[dict[str, Any], None] = None
     format: Union[str, dict[str, Any], None] = None
     think: Union[bool, str, None] = None
     keep_alive: Union[float, str, None] = None      # the model stays loaded while the server runs
     logprobs: Union[bool, None] = None
-    top_logprobs: Union[int, None] = None
-
-    @field_validator("stream", mode="before")
-    @classmethod
-    def _null_stream(cls, v):
-        return True if v is None else v
+    top_logprobs: Union[WholeInt, None] = None
 
 
 class OllamaChatBody(OllamaFields):
@@ -95,7 +90,7 @@ def read_options(o: dict, prefix: str = "options.", limit_key: str = "num_predic
         where = f"{prefix}{key}"
         if key in SAMPLING:
             if value is not None:
-                kw[SAMPLING[key]] = value
+                kw[SAMPLING[key]] = as_whole(value) if SAMPLING[key] in ("top_k", "seed") else value
         elif key in OFF:
             if value is not None and value != OFF[key]:
                 raise bad_request(f"{where}={value!r} is not supported: goosedump has no {key} sampler "
@@ -129,6 +124,7 @@ def read_options(o: dict, prefix: str = "options.", limit_key: str = "num_predic
 
 
 def num_predict(value, where: str = "options.num_predict") -> int | None:
+    value = as_whole(value)
     if value is None or value in (-1, -2):      # ollama: -1 no limit, -2 until the context is full
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:

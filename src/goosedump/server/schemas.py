@@ -5,16 +5,31 @@ true for 1, no "0.5" for 0.5, no "yes" for true (pydantic's lax mode had
 read them so); an integer stands for a float. A null stream is the default."""
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+
+def _null_is(default):
+    return BeforeValidator(lambda v: default if v is None else v)
+
+
+def as_whole(v):
+    """A float that is a whole number as that integer (llama.cpp and ollama
+    read 128.0 as 128; OpenAI's routes do not: they keep int)."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+Stream = Annotated[bool, _null_is(False)]          # stream: null is the API's default
+StreamOn = Annotated[bool, _null_is(True)]         # (ollama's, which streams unless told not to)
+WholeInt = Annotated[int, BeforeValidator(as_whole)]
 
 
 class Fields(BaseModel):
     """Fields every generating endpoint takes."""
     model_config = ConfigDict(extra="allow", strict=True)
     model: Union[str, None] = None
-    stream: bool = False
+    stream: Stream = False
     stream_options: Union[dict[str, Any], None] = None
     temperature: Union[float, None] = None
     top_p: Union[float, None] = None
@@ -31,11 +46,6 @@ class Fields(BaseModel):
     # llama.cpp's: the answer follows a grammar (GBNF or Lark) or a JSON schema
     grammar: Union[str, None] = None
     json_schema: Union[dict[str, Any], None] = None
-
-    @field_validator("stream", mode="before")
-    @classmethod
-    def _null_stream(cls, v):
-        return False if v is None else v
 
 
 class ChatBody(Fields):
@@ -58,16 +68,12 @@ class ChatBody(Fields):
 
 class CompletionBody(Fields):
     prompt: Union[str, list[int], list[str], list[list[int]]]
-    max_tokens: Union[int, None] = 16          # OpenAI's default for this endpoint
+    # OpenAI's default for this endpoint, null too (it had read as "the whole context")
+    max_tokens: Annotated[Union[int, None], _null_is(16)] = 16
     echo: Union[bool, None] = None
     suffix: Union[str, None] = None
     best_of: Union[int, None] = None
     logprobs: Union[int, None] = None
-
-    @field_validator("max_tokens", mode="before")
-    @classmethod
-    def _null_max_tokens(cls, v):     # null is the default too (it had read as "the whole context")
-        return 16 if v is None else v
 
 
 class ResponsesBody(Fields):
