@@ -314,6 +314,28 @@ def test_a_full_conversation_says_clear_and_goes_on(tiny_path):
     model.close()
 
 
+def test_fit_context_clamps_the_answer_to_the_room_left(tiny_path):
+    """chat_stream(fit_context=True), as the chat runs its turns: the answer
+    takes at most what the rendered prompt leaves; without it a prompt and
+    max_tokens past the context are refused, as the server refuses them."""
+    import goosedump
+    from goosedump.result import ContextOverflowError
+    from goosedump.sampling import SamplingParams
+    model = goosedump.load(tiny_path, n_ctx=200)
+    greedy = SamplingParams(temperature=0)
+    words = "word " * 10
+    while len(model.render_chat([{"role": "user", "content": words}])) < 190:
+        words += "word "
+    msgs = [{"role": "user", "content": words}]
+    room = 200 - len(model.render_chat(msgs))
+    with pytest.raises(ContextOverflowError):
+        model.chat(msgs, 40, sampling=greedy)
+    r = model.chat(msgs, 40, sampling=greedy, fit_context=True).result
+    assert r.prompt_tokens == 200 - room and r.generated_tokens <= room
+    assert r.stop_reason in ("max_tokens", "eos") and (r.stop_reason == "eos" or r.generated_tokens == room)
+    model.close()
+
+
 def test_save_and_load_edge_cases(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     s, err = session(tiny_model)

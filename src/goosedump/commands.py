@@ -119,7 +119,7 @@ def check_kv_fits(config, ctx: int, said: str) -> None:
     context_length of 2^40 had failed in numpy's allocation, a traceback)."""
     import psutil
     from .budget import format_bytes
-    from .layout import kv_bytes
+    from .kvcache import kv_bytes
     need, total = kv_bytes(config, ctx), psutil.virtual_memory().total
     if need > total:
         raise UsageError(f"{said}: the KV cache of {ctx} tokens takes {format_bytes(need)}, more than this "

@@ -351,7 +351,7 @@ class Stepper:
         for b in reversed(starts):
             if np.array_equal(p[b:b + len(h)], h):
                 b = int(b)
-                if b >= MIN_TOKENS and b > gen.cached and not self.prompt_cache.has(gen.prompt[:b]):
+                if b >= MIN_TOKENS and b > gen.cached and self.prompt_cache.wants(gen.prompt[:b]):
                     return b
                 return None
         return None

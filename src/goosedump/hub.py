@@ -74,6 +74,11 @@ def parse_name(arg: str) -> Name:
     if not _REPO.match(repo) or (":" in arg and not sel):
         raise ModelNotFoundError(f"{arg}: no such file, nor a Hugging Face repo id REPO[:QUANT] or REPO:FILE "
                                  f"(for example {DEFAULT_REPO} or unsloth/gpt-oss-20b-GGUF:Q4_K_M)")
+    return named(repo, sel)
+
+
+def named(repo: str, sel: str = "") -> Name:
+    """repo with what follows its colon: a FILE (ends .gguf), a QUANT tag, or nothing."""
     if not sel:
         return Name(repo)
     return Name(repo, file=sel) if sel.lower().endswith(".gguf") else Name(repo, tag=sel)
@@ -286,9 +291,7 @@ def _in_folder(folder: str, sel: str = "") -> str | None:
                    for r, _, names in os.walk(folder) for n in names)
     if not any(is_model(f) for f in files):
         return None
-    name = Name(folder.rstrip("/"), file=sel if sel.lower().endswith(".gguf") else None,
-                tag=sel if sel and not sel.lower().endswith(".gguf") else None)
-    wanted = choose(name, files)
+    wanted = choose(named(folder.rstrip("/"), sel), files)
     missing = [w for w in wanted if w not in files]
     if missing:
         raise ModelNotFoundError(f"{folder}: the split set of {wanted[0]} lacks {', '.join(missing)}")

@@ -19,6 +19,12 @@ def kv_positions(c: ModelConfig, layer: int, n_ctx: int) -> int:
     return min(n_ctx, c.sliding_window + PREFILL_BATCH - 1) if c.is_sliding(layer) else n_ctx
 
 
+def kv_bytes(c: ModelConfig, n_ctx: int) -> int:
+    """Bytes of the fp16 keys and values an n_ctx-token cache holds."""
+    per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
+    return sum(per_pos * kv_positions(c, i, n_ctx) for i in range(c.n_layer))
+
+
 class KVCache:
     """fp16 keys and values per layer. Sliding layers keep a ring of
     window + PREFILL_BATCH - 1 positions (all a batch's queries can read);
@@ -38,9 +44,8 @@ class KVCache:
                 self.v_heads.append(np.zeros((c.n_head_kv, cap, c.value_dim), np.float16))
         except MemoryError:
             self.k_heads = self.v_heads = []
-            per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
-            need = sum(per_pos * kv_positions(c, i, n_ctx) for i in range(c.n_layer))
-            raise MemoryError(f"the KV cache of a {n_ctx}-token context ({need / 2**30:.1f} GiB) cannot be "
+            need = kv_bytes(c, n_ctx) / 2**30
+            raise MemoryError(f"the KV cache of a {n_ctx}-token context ({need:.1f} GiB) cannot be "
                               "allocated: ask for a smaller context (-c/--ctx)") from None
         self.k = [a.transpose(1, 0, 2) for a in self.k_heads]
         self.v = [a.transpose(1, 0, 2) for a in self.v_heads]

@@ -10,7 +10,7 @@ from .config import ModelConfig
 from .expert_slots import PIECES as EXPERT_PIECES
 from .expert_slots import slot_layout
 from .gguf import GGUFFile
-from .kvcache import PREFILL_BATCH, kv_positions
+from .kvcache import PREFILL_BATCH, kv_bytes
 
 
 def is_expert_tensor(name: str) -> bool:
@@ -71,11 +71,6 @@ def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int,
     logits = c.n_vocab * 4 * 2
     experts = layout.expert_bytes if in_place else slots * layout.expert_slot_bytes   # in place: mapped
     return MemoryEstimate(layout.dense_bytes, experts, slots, in_place, kv, rows + acts + scores + logits)
-
-
-def kv_bytes(c: ModelConfig, ctx: int) -> int:
-    per_pos = c.n_head_kv * (c.head_dim + c.value_dim) * 2
-    return sum(per_pos * kv_positions(c, i, ctx) for i in range(c.n_layer))
 
 
 def auto_expert_budget(c: ModelConfig, layout: WeightLayout, ctx: int, prefill_tokens: int = 4096,

@@ -207,7 +207,8 @@ class Model:
                     profile: bool = False, chat_format: str = "auto", record_routing: bool = False,
                     tool_choice=None, response_format: dict | None = None, reasoning_budget: int | None = None,
                     grammar: str | None = None, json_schema: dict | str | None = None,
-                    logprobs: int | None = None, continue_final_message: bool = False) -> ReplyStream:
+                    logprobs: int | None = None, continue_final_message: bool = False,
+                    fit_context: bool = False) -> ReplyStream:
         """A chat turn: the conversation rendered (render_chat), then generated
         and parsed as it streams. Iterate for reply events (goosedump.reply:
         start, delta and end of reasoning, content and tool calls); `.reply`
@@ -219,7 +220,9 @@ class Model:
         says: the reasoning stays free (goosedump.structured).
         continue_final_message: a last assistant message is the reply's start
         (its content the answer's, or its reasoning only), which the reply
-        continues; the reply holds what follows it."""
+        continues; the reply holds what follows it. fit_context: max_tokens
+        at most what the context leaves the prompt (else a prompt and
+        max_tokens past the context are a ContextOverflowError)."""
         from .chat import ChatError, has_harmony_tokens, prefill_tokens, split_prefill
         from .reply_plan import plan_reply
         harmony = chat_format != "template" and has_harmony_tokens(self.tokenizer)
@@ -232,7 +235,10 @@ class Model:
                           json_schema, harmony, prefill=start)
         ids = self.render_chat(history, reasoning_effort=reasoning_effort, tools=plan.tools, date=date,
                                chat_format=chat_format)
-        gen = self.generate_stream(ids + plan.prefix, max_tokens, time_budget, profile, sampling,
+        prompt = ids + plan.prefix
+        if fit_context:
+            max_tokens = min(max_tokens, max(1, self.n_ctx - len(prompt)))
+        gen = self.generate_stream(prompt, max_tokens, time_budget, profile, sampling,
                                    record_routing=record_routing, constraint=plan.gate(self.tokenizer),
                                    logprobs=logprobs)
         return ReplyStream(self.tokenizer, prefix=plan.prefix, generation=gen)

@@ -275,9 +275,9 @@ class PromptCache:
     # -- writing
     def has(self, tokens) -> bool:
         """Whether an entry holds exactly tokens (then most recently used);
-        with the cache off, True: nothing is to be saved."""
+        False with the cache off."""
         if self.off is not None:
-            return True
+            return False
         path = os.path.join(self.folder, tokens_key(tokens) + SUFFIX)
         try:
             if os.path.exists(path):
@@ -285,14 +285,18 @@ class PromptCache:
                 return True
         except OSError as e:
             self._switch_off(e)
-            return True
         return False
+
+    def wants(self, tokens) -> bool:
+        """Whether saving tokens would write an entry: the cache on, no entry
+        holding them (callers skip snapshotting the KV cache otherwise)."""
+        return not self.has(tokens) and self.off is None
 
     def save(self, tokens, k_layers, v_layers) -> None:
         """Store the state whose layers hold `tokens` (k_layers/v_layers: each
         layer's array, slot = position % its length)."""
         n = len(tokens)
-        if n < MIN_TOKENS or self.cap <= 0 or self.has(tokens):
+        if n < MIN_TOKENS or self.cap <= 0 or not self.wants(tokens):
             return
         try:
             self._save(tokens, k_layers, v_layers)

@@ -9,6 +9,7 @@ import sys
 import time
 
 from .chat import TOKENS_KEY, ChatError, _text
+from .commands import MAX_FLAG_FILE
 from .result import ContextOverflowError
 from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply, print_timings
 
@@ -33,7 +34,7 @@ ollama's spellings:
   /clear                    /reset;  /bye  /quit;  /?  /help
   \"\"\" ... \"\"\"               a message of several lines"""
 
-MAX_CONVERSATION = 64 << 20   # bytes /load reads at most (as run's -f files: commands.MAX_FLAG_FILE)
+MAX_CONVERSATION = MAX_FLAG_FILE   # bytes /load reads at most, as run's -f files
 
 # ollama's parameter names -> SamplingParams' (num_predict is the token limit)
 PARAMETERS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
@@ -60,15 +61,11 @@ class ChatSession:
         self.history.append({"role": "user", "content": text})
         try:
             # the answer takes what the context leaves, at most num_predict (-1: all of it)
-            ids = self.model.render_chat(self.messages(), reasoning_effort=self.effort, date=self.date)
-            room = self.model.n_ctx - len(ids)
-            if room < 1:
-                raise ContextOverflowError(len(ids), 1, self.model.n_ctx)
-            n = room if self.max_tokens == -1 else min(self.max_tokens, room)
+            n = self.model.n_ctx if self.max_tokens == -1 else self.max_tokens
             stream = self.model.chat_stream(self.messages(), n, reasoning_effort=self.effort,
                                             date=self.date, sampling=self.sampling, profile=self.profile,
                                             reasoning_budget=self.reasoning_budget,
-                                            response_format=self.response_format)
+                                            response_format=self.response_format, fit_context=True)
             print_reply(stream, ReplyPrinter(self.out, self.err, self.show_reasoning), interruptible=True)
         except ContextOverflowError as e:
             self.history.pop()
