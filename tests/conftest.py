@@ -5,8 +5,9 @@ import pytest
 from goosedump import synth
 
 # The CLI keeps a prompt cache in the user's cache folder by default: the tests
-# that are about it name their own folder, the others run without one.
-os.environ.setdefault("GOOSEDUMP_PROMPT_CACHE", "off")
+# that are about it name their own folder, the others run without one (set,
+# not defaulted: a cache the environment named would carry state across tests).
+os.environ["GOOSEDUMP_PROMPT_CACHE"] = "off"
 
 
 @pytest.fixture(scope="session")

@@ -43,9 +43,11 @@ def test_run_renders_the_chat_format(tiny_path, tiny_model):
 
 
 def test_run_date_defaults_to_today_and_raw_skips_the_format(tiny_path, tiny_model):
+    days = {datetime.date.today().isoformat()}
     out = run_cli("run", tiny_path, "-p", "Hi", "-n", "2", "--json")
+    days.add(datetime.date.today().isoformat())          # (a run across midnight: either day)
     text = tiny_model.tokenizer.decode(json.loads(out.stdout)["prompt_token_ids"])
-    assert f"Current date: {datetime.date.today().isoformat()}" in text
+    assert any(f"Current date: {d}" in text for d in days)
     raw = run_cli("run", tiny_path, "-p", "Hi", "--raw", "-n", "2", "--json")
     assert json.loads(raw.stdout)["prompt_token_ids"] == tiny_model.tokenizer.encode("Hi")
 
@@ -125,6 +127,15 @@ class Terminal:
                     raise AssertionError(f"the program ended; the terminal shows:\n{self.screen[-2000:]}")
         return self.screen.index(text, start) + len(text)
 
+    def read_more(self, chars, start, timeout=60.0):
+        """Reads until chars characters show past start (an answer streaming)."""
+        end = time.monotonic() + timeout
+        while len(self.screen) < start + chars and time.monotonic() < end:
+            r, _, _ = select.select([self.fd], [], [], 0.5)
+            if r:
+                self.screen += os.read(self.fd, 65536).decode("utf-8", errors="replace")
+        assert len(self.screen) >= start + chars, f"waited {timeout} s for output:\n{self.screen[-2000:]}"
+
     def send(self, text):
         os.write(self.fd, text.encode())
 
@@ -178,11 +189,7 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tiny_path):
     try:
         at = term.read_until(">>> ")
         term.send("Write a very long essay.\r")
-        deadline = time.monotonic() + 60
-        while len(term.screen) < at + 400 and time.monotonic() < deadline:   # the answer is streaming
-            r, _, _ = select.select([term.fd], [], [], 0.5)
-            if r:
-                term.screen += os.read(term.fd, 65536).decode("utf-8", errors="replace")
+        term.read_more(400, at)                                             # the answer is streaming
         term.send("\x03")                                                   # Ctrl-C
         at = term.read_until("stop: interrupted]", start=at, timeout=30)
         at = term.read_until(">>> ", start=at)

@@ -281,7 +281,7 @@ def test_ctrl_c_shows_one_stop_reason_and_keeps_the_answer_in_the_cache(tiny_pat
         at = term.read_until(">>> ")
         term.send("Write a very long essay.\r")
         at = term.read_until("\n", start=at)
-        time.sleep(1.0)                                                     # the answer is streaming
+        term.read_more(200, at)                                             # the answer is streaming
         term.send("\x03")
         end = term.read_until("stop: interrupted]", start=at, timeout=30)
         line = term.screen[:end].rsplit("[", 1)[1]
@@ -291,7 +291,7 @@ def test_ctrl_c_shows_one_stop_reason_and_keeps_the_answer_in_the_cache(tiny_pat
         at = term.read_until(">>> ", start=end)
         term.send("Go on.\r")
         at = term.read_until("\n", start=at)
-        time.sleep(1.0)
+        term.read_more(200, at)
         term.send("\x03")                                                   # this one too
         at = term.read_until("cached)", start=at, timeout=60)
         cached = int(term.screen[:at].rsplit("(", 1)[1].split()[0])
@@ -335,7 +335,7 @@ def test_cache_figures_agree_and_belady_bounds_the_demand_rate(streamed_120b, tm
     assert cache["demand_hit_rate"] == pytest.approx((cache["hits"] - cache["prefetch_used"]) /
                                                      (cache["hits"] + cache["misses"]))
     text = cli("run", streamed_120b, "--raw", "-p", "The quick brown fox", "-n", "8", "--expert-cache", "2M",
-               "--profile")
+               "--profile", "-s", "1")
     assert "expert cache over prefill and decode" in text.stderr
 
 
@@ -414,7 +414,7 @@ def test_plot_defaults_to_the_profiles_folder(streamed_120b, tmp_path):
     profile = tmp_path / "runs" / "p.json"
     profile.parent.mkdir()
     assert cli("run", streamed_120b, "--raw", "-p", "The quick brown fox", "-n", "6", "--expert-cache", "2M",
-               "--profile-out", str(profile)).returncode == 0
+               "-s", "1", "--profile-out", str(profile)).returncode == 0
     out = cli("plot", str(profile))
     assert out.returncode == 0, out.stderr
     paths = out.stdout.split()
@@ -429,7 +429,7 @@ def test_heatmap_ticks_scale_and_legend(streamed_120b, tmp_path):
     from goosedump import plot
     profile = tmp_path / "p.json"
     assert cli("run", streamed_120b, "--raw", "-p", "The quick brown fox", "-n", "6", "--expert-cache", "2M",
-               "--profile-out", str(profile)).returncode == 0
+               "-s", "1", "--profile-out", str(profile)).returncode == 0
     doc = json.loads(profile.read_text())
     fig = Figure(figsize=(10, 6))
     plot._heatmap(fig, doc)

@@ -190,7 +190,7 @@ def test_profile_parts_add_up(tiny_model):
 
 
 def test_cli_run_profile(tiny_path):
-    out = run_cli("run", tiny_path, "-p", PROMPT, "-n", "6", "--profile")
+    out = run_cli("run", tiny_path, "-p", PROMPT, "-n", "6", "--profile", "--temperature", "0")
     assert out.returncode == 0, out.stderr
     assert "where the time went" in out.stderr
     split, process = out.stderr.split("wall s", 1)        # the time split, then the process table
@@ -199,7 +199,8 @@ def test_cli_run_profile(tiny_path):
     assert "peak RSS" in process and "expert routing:" in process
     for r in rows:   # tokens, six parts, total: the parts add up to the total
         values = [float(x) for x in r[2:]]
-        assert sum(values[:-1]) == pytest.approx(values[-1], abs=0.02 + 0.01 * values[-1])
+        # each printed to 2 decimals: half a unit of the last place apiece, and 1%
+        assert sum(values[:-1]) == pytest.approx(values[-1], abs=0.005 * len(values) + 0.01 * values[-1])
 
 
 def test_cli_bench_json(tiny_path):

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -168,9 +169,14 @@ def test_the_cap_evicts_the_least_recently_used(tiny_path, folder):
         one.save_cache(m._cache)
     size = os.path.getsize(entries(folder)[0])
     cap = PromptCache(folder, ident, int(2.5 * size))
-    for p in prompts[1:]:
+    # each entry stamped a second after the last (written ms apart, two could share a clock tick)
+    stamp = time.time_ns() - 100 * 10**9
+    os.utime(entries(folder)[0], ns=(stamp, stamp))
+    for i, p in enumerate(prompts[1:], 1):
         m.generate(p, 1, reuse_cache=False)
         cap.save_cache(m._cache)
+        written = os.path.join(os.path.dirname(entries(folder)[0]), tokens_key(p) + SUFFIX)
+        os.utime(written, ns=(stamp + i * 10**9,) * 2)
         assert sum(os.path.getsize(e) for e in entries(folder)) <= 2.5 * size
     # the two written last are kept: the first two went, oldest first
     assert {os.path.basename(e) for e in entries(folder)} == {tokens_key(p) + SUFFIX for p in prompts[2:]}
