@@ -45,6 +45,12 @@ RICH = {"type": "function", "function": {
         "required": ["origin", "stops"]}}}
 
 NOARGS = {"type": "function", "function": {"name": "now", "description": "The time."}}
+# numbers as openai-harmony (serde_json, ryu) writes them: 1e20, 0.00001, 1e-6, not Python's 1e+20, 1e-05, 1e-06
+NUMBERS = {"type": "function", "function": {"name": "tune", "parameters": {"type": "object", "properties": {
+    "big": {"type": "number", "default": 1e20}, "small": {"type": "number", "default": 0.00001},
+    "tiny": {"type": "number", "default": -2.5e-7}, "edge": {"type": "number", "default": 1e16},
+    "plain": {"type": "number", "default": 1e15}, "huge": {"type": "integer", "default": 2**70},
+    "mode": {"type": "number", "enum": [0.5, 1e-6, 3.0]}}}}}
 
 
 def conversations():
@@ -69,6 +75,7 @@ def conversations():
         ("tools declared", [u], {"tools": [WEATHER]}),
         ("tools with instructions", [{"role": "system", "content": "Use tools."}, u], {"tools": [WEATHER, NOARGS]}),
         ("rich schema", [u], {"tools": [RICH]}),
+        ("numbers in a schema", [u], {"tools": [NUMBERS]}),
         ("tool call pending", [u, call], {"tools": [WEATHER]}),
         ("tool round trip", [u, call, result], {"tools": [WEATHER]}),
         ("tool round trip then answer", [u, call, result,
@@ -224,6 +231,9 @@ WELL_FORMED = [
     "<|channel|>commentary<|message|>Checking now.<|end|><|start|>assistant to=functions.now"
     "<|channel|>commentary<|message|>{}<|call|>",
     "<|channel|>final<|message|><|return|>",
+    # a name of 64 characters, digits a token each: a header of 70-odd tokens (it had become content)
+    "<|channel|>commentary to=functions." + "x1y2z3w4" * 8 + " <|constrain|>json<|message|>{\"a\":1}<|call|>",
+    " to=functions." + "a1b2c3d4" * 8 + "<|channel|>commentary json<|message|>{}<|call|>",
 ]
 
 
@@ -288,6 +298,39 @@ def test_parser_survives_malformed_output(tiny_model, text):
     if ref is not None:
         assert [m[4] for m in ours] == [m[4] for m in ref]
         assert [m[1] for m in ours] == [m[1] for m in ref]
+
+
+def _reply_of(model, text):
+    """The reply stream's reading of text's tokens, as the engine feeds them
+    (it stops at <|call|> and <|return|> and never passes them on)."""
+    from goosedump.reply import ReplyStream
+    turn = ReplyStream(model.tokenizer)
+    for t in _ids(harmony_encoding(), text):
+        turn.feed(t)
+    turn.close()
+    return turn
+
+
+def test_calls_to_other_recipients_stray_words_and_cut_headers(tiny_model):
+    """What openai-harmony reads as a tool call never reaches the answer."""
+    # a call to a tool the API does not serve (openai-harmony: recipient container.exec) is not the answer
+    for text in ('<|channel|>commentary to=container.exec <|constrain|>json<|message|>{"cmd":["ls"]}',
+                 '<|channel|>analysis to=browser.search code<|message|>{"query":"x"}'):
+        turn = _reply_of(tiny_model, text)
+        assert turn.content == "" and turn.reasoning == "" and not turn.tool_calls, text
+    # a stray word in a call's header: still the call (the recipient wherever it stands)
+    turn = _reply_of(tiny_model, "<|channel|>commentary to=functions.f <|constrain|>json extra<|message|>{}")
+    assert [c["function"] for c in turn.tool_calls] == [{"name": "f", "arguments": "{}"}] and turn.content == ""
+    # cut inside a call's header: an empty call cut short, no format text in the answer
+    turn = _reply_of(tiny_model, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant"
+                                 "<|channel|>commentary to=functions.get_weather <|constrain|>json")
+    assert turn.content == "" and turn.reasoning == "Need weather."
+    assert [c["function"] for c in turn.tool_calls] == [{"name": "get_weather", "arguments": ""}]
+    # a long tool name (a header of 70-odd tokens) is a call, not content
+    name = "x1y2z3w4" * 8
+    turn = _reply_of(tiny_model, f'<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{{"a":1}}')
+    assert [c["function"] for c in turn.tool_calls] == [{"name": name, "arguments": '{"a":1}'}]
+    assert turn.content == ""
 
 
 def test_reply_splits_channels_and_tool_calls(tiny_model):

@@ -33,8 +33,11 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 FUNCTIONS = "functions."   # the namespace of function tools: a call goes to "functions.NAME"
 # A header runs a dozen tokens ("<|channel|>commentary to=functions.x
 # <|constrain|>json"); one that runs past this was never a header, and its
-# tokens stream as the content of a message with no channel.
+# tokens stream as the content of a message with no channel. One that names
+# a channel or a recipient is a header: a tool's name (64 characters, digits
+# a token each) takes it up to HEADER_LIMIT_NAMED.
 HEADER_LIMIT = 48
+HEADER_LIMIT_NAMED = 128
 
 
 @dataclass
@@ -208,6 +211,7 @@ class HarmonyParser:
         tok = self.tokenizer
         self._start, self._message = tok.special_token(START), tok.special_token(MESSAGE)
         self._stops = {tok.special_token(t) for t in (END, RETURN, CALL)}
+        self._channel = tok.special_token(CHANNEL)
         self._header: list[int] | None = [] if self.role is not None else None
         self._current: Message | None = None   # the message being written: its header read, its text to come
         self._text: list[str] = []
@@ -271,7 +275,7 @@ class HarmonyParser:
             self._finish_header_only()
             return None
         self._header.append(token)
-        if len(self._header) > HEADER_LIMIT:
+        if len(self._header) > HEADER_LIMIT and not (len(self._header) <= HEADER_LIMIT_NAMED and self._named()):
             self._current = Message(self.role or "assistant", "")
             self.adopted = len(self._header)
             text = "".join(self._decoder.add(t) for t in self._header)
@@ -282,12 +286,21 @@ class HarmonyParser:
         return None
 
     def close(self) -> list[Message]:
-        """End of generation: a message left open is closed as it stands."""
+        """End of generation: a message left open is closed as it stands; a
+        header cut before its <|message|> that names a channel or recipient
+        is an empty message (a tool call cut short), not text."""
         if self._current is not None:
             self._finish()
+        elif self._header and self._named():
+            self.messages.append(self._parse_header(self._header, self.role))
+            self._header, self.role = None, None
         elif self._header:
             self._finish_header_only()
         return self.messages
+
+    def _named(self) -> bool:
+        """Whether the header so far names a channel or a recipient."""
+        return self._channel in self._header or " to=" in " " + self.tokenizer.decode(self._header)
 
     def _finish(self) -> None:
         self._text.append(self._decoder.flush())
@@ -339,7 +352,12 @@ def _parse_header_text(text: str, role: str | None, recipient_and_type: bool) ->
     if parts and parts[0] == role:
         parts.pop(0)
     recipient = content_type = None
-    if recipient_and_type and parts:
+    to = next((k for k, x in enumerate(parts) if x.startswith("to=")), None)
+    if recipient_and_type and to is not None:       # the recipient wherever it stands; the last word the type
+        recipient = parts.pop(to)[3:]
+        if parts:
+            content_type = parts.pop()
+    elif recipient_and_type and parts:
         n = len(parts)
         last = parts.pop()
         if last.startswith("to="):

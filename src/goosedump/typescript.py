@@ -11,7 +11,45 @@ def _get(schema, key):
 
 
 def _json(v) -> str:
+    """v as openai-harmony writes it (serde_json: compact, numbers by ryu)."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, int):
+        return str(v) if -2**63 <= v < 2**64 else _number(float(v))   # past 64 bits: an f64, as serde reads it
+    if isinstance(v, float):
+        return _number(v)
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{json.dumps(str(k), ensure_ascii=False)}:{_json(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_json(x) for x in v) + "]"
     return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def _number(f: float) -> str:
+    """A float as ryu writes it (serde_json's): the shortest digits that read
+    back, plain from 1e-5 up to below 1e16, else d.ddde±N with no "+" nor
+    padding (Python writes 1e-05 and 1e+16); not finite: null."""
+    if f != f or f in (float("inf"), float("-inf")):
+        return "null"
+    if f == 0:
+        return "-0.0" if str(f).startswith("-") else "0.0"
+    sign, r = ("-", repr(-f)) if f < 0 else ("", repr(f))
+    mantissa, _, exp = r.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits, point = whole + frac, len(whole) + int(exp or 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0") or "0"
+    n = len(digits)
+    if n <= point <= 16:
+        out = digits + "0" * (point - n) + ".0"
+    elif 0 < point <= 16:
+        out = digits[:point] + "." + digits[point:]
+    elif -5 < point <= 0:
+        out = "0." + "0" * -point + digits
+    else:
+        out = digits[0] + ("." + digits[1:] if n > 1 else "") + f"e{point - 1}"
+    return sign + out
 
 
 def _is_enum(schema) -> bool:
