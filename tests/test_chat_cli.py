@@ -65,7 +65,7 @@ def test_run_sampling_flags(tiny_path):
 @pytest.mark.parametrize("args,message", [
     (["-p", "x", "--raw", "--system", "s"], "--system needs the chat format"),
     (["-p", "x", "--date", "June 1st"], "--date must be a real date YYYY-MM-DD, got 'June 1st'"),
-    (["-p", "x", "--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
+    (["-p", "x", "--top-p", "1.5"], "--top-p must be in [0, 1], got 1.5"),
     (["-p", "x", "--temperature", "-1"], "--temperature must be between 0 and 100, got -1.0"),
 ])
 def test_run_chat_errors(tiny_path, args, message):

@@ -218,7 +218,7 @@ def test_unknown_flag_prints_the_subcommands_usage(command):
     (["-n", "0"], ["-n/--max-tokens", "got 0"]),
     (["-c", "-1"], ["-c/--ctx", "got -1"]),
     (["--ctx", "10000000"], ["-c/--ctx 10000000", "context length"]),
-    (["--top-p", "0"], ["--top-p", "(0, 1]"]),
+    (["--top-p", "-0.5"], ["--top-p", "[0, 1]"]),
     (["--temperature", "-1"], ["--temperature"]),
     (["--repeat-penalty", "0"], ["--repetition-penalty"]),
     (["--seed", "-7"], ["-s/--seed", "-7"]),

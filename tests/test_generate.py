@@ -189,6 +189,27 @@ def test_profile_parts_add_up(tiny_model):
     assert "profile" in r.to_dict() and "profile" not in tiny_model.generate(PROMPT, max_tokens=2).to_dict()
 
 
+def test_cli_penalties_and_a_banned_token(tiny_path, tiny_model):
+    """run's --presence-penalty/--frequency-penalty (serve and the chat had
+    them; run refused the flags) and -l ID-inf, a token never chosen, as
+    llama.cpp reads it: the same tokens as the Python API's."""
+    from goosedump.sampling import SamplingParams
+    ids = tiny_model.tokenizer.encode(PROMPT)
+    greedy = tiny_model.generate(ids, max_tokens=4, sampling=SamplingParams(temperature=0)).token_ids
+    base = ("run", tiny_path, "--prompt-ids", ",".join(map(str, ids)), "-n", "4", "--json", "--temperature", "0")
+    out = run_cli(*base, "-l", f"{greedy[0]}-inf")
+    assert out.returncode == 0, out.stderr
+    banned = SamplingParams(temperature=0, logit_bias={greedy[0]: float("-inf")})
+    got = json.loads(out.stdout)["token_ids"]
+    assert greedy[0] not in got and got == tiny_model.generate(ids, max_tokens=4, sampling=banned).token_ids
+    kw = dict(temperature=1.0, seed=5, presence_penalty=1.5, frequency_penalty=-0.5)
+    out = run_cli(*base[:-2], "--seed", "5", "--presence-penalty", "1.5", "--frequency-penalty", "-0.5")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["token_ids"] == tiny_model.generate(ids, 4, sampling=SamplingParams(**kw)).token_ids
+    bad = run_cli(*base, "--presence-penalty", "3")
+    assert bad.returncode == 2 and "--presence-penalty" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_cli_run_profile(tiny_path):
     out = run_cli("run", tiny_path, "-p", PROMPT, "-n", "6", "--profile", "--temperature", "0")
     assert out.returncode == 0, out.stderr

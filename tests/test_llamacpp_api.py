@@ -77,8 +77,8 @@ def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
     ({"prompt": [-1]}, "prompt holds -1"),
     ({"prompt": []}, "The prompt is empty"),
     ({"n_predict": 0}, "n_predict must be a number of tokens >= 1"),
-    ({"top_p": 0}, "top_p must be in (0, 1]"),
-    ({"repeat_penalty": 0}, "repeat_penalty must be greater than 0"),
+    ({"top_p": 1.01}, "top_p must be in [0, 1]"),
+    ({"repeat_penalty": 0}, "repeat_penalty must be a finite number greater than 0"),
     ({"mirostat": 2}, "no mirostat sampler"),
     ({"repeat_penalty": 1.1, "repeat_last_n": 64}, "repeat_last_n=64 is not supported"),
     ({"n_probs": 21}, "n_probs must be from 0 to 20"),
@@ -100,3 +100,45 @@ def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
 def test_refusals_are_named(server, body, phrase):
     r = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, **body})
     assert r.status_code == 400 and phrase in r.json()["error"]["message"], r.text
+
+
+def test_samplers_order_and_chain(server, client):
+    """/completion samples in llama.cpp's order (the temperature last), the
+    same tokens as the OpenAI route's temperature_last; `samplers` may put
+    the temperature first (the OpenAI routes' order), and a sampler it
+    leaves out is off."""
+    body = {"prompt": PROMPT, "n_predict": 8, "seed": 3, "temperature": 1.6, "top_p": 0.6, "min_p": 0.05}
+    openai_kw = dict(model=MODEL, prompt=PROMPT, max_tokens=8, seed=3, temperature=1.6, top_p=0.6)
+
+    def text(**extra):
+        return client.completions.create(**openai_kw, extra_body={"min_p": 0.05, **extra}).choices[0].text
+    assert post(server, "/completion", body).json()["content"] == text(temperature_last=True) != text()
+    first = {**body, "samplers": ["penalties", "temperature", "top_k", "top_p", "min_p"]}
+    assert post(server, "/completion", first).json()["content"] == text()
+    # llama.cpp's default chain, its off samplers included, is the default order
+    full = {**body, "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                                 "temperature"]}
+    assert post(server, "/completion", full).json()["content"] == text(temperature_last=True)
+    # top_p and min_p left out of the chain: off
+    short = post(server, "/completion", {**body, "samplers": "kt"}).json()["content"]
+    assert short == post(server, "/completion", {**body, "top_p": 1.0, "min_p": 0.0}).json()["content"]
+    for samplers, says in ((["top_p", "top_k"], "is not an order goosedump applies"),
+                           (["mirostat_v9"], "unknown sampler 'mirostat_v9'"), (7, "samplers must be")):
+        r = post(server, "/completion", {**body, "samplers": samplers})
+        assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
+    props = httpx.get(server + "/props", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).json()
+    assert props["default_generation_settings"]["params"]["samplers"] == ["penalties", "top_k", "top_p", "min_p",
+                                                                          "temperature"]
+
+
+def test_no_token_left_is_a_400(server):
+    """A grammar whose one token the bias bans: no token is left. A 400 that
+    says so, greedy or sampled (greedy had emitted token 0, the draw an id
+    past the vocabulary: a 500); streamed, an error event."""
+    body = {"prompt": PROMPT, "n_predict": 3, "grammar": 'root ::= "q"', "logit_bias": [["q", False]]}
+    for t in (0, 1.0):
+        r = post(server, "/completion", {**body, "temperature": t})
+        assert r.status_code == 400 and "no token is left to choose" in r.json()["error"]["message"], r.text
+    events = stream(server, {**body, "temperature": 1.0})
+    assert "no token is left to choose" in json.dumps(events[-1])
+    assert post(server, "/completion", {"prompt": PROMPT, "n_predict": 2}).status_code == 200   # the server goes on

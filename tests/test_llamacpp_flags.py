@@ -134,7 +134,8 @@ def test_api_key_file(tiny_path, tmp_path):
     (["run", "-p", "x", "--chat-template", "chatml"], ["--chat-template chatml", "harmony"]),
     (["serve", "--chat-template-file", "t.jinja"], ["--chat-template t.jinja"]),
     (["serve", "--temp", "-1"], ["--temp", "temperature"]),
-    (["serve", "--top-p", "0"], ["--top-p"]),
+    (["serve", "--top-p", "1.5"], ["--top-p"]),
+    (["serve", "--repeat-penalty", "inf"], ["--repetition-penalty", "finite"]),
     (["serve", "-n", "0"], ["-n/--n-predict", "got 0"]),
     (["serve", "--reasoning-budget", "-2"], ["--reasoning-budget", "got -2"]),
     (["serve", "--seed", "-5"], ["--seed"]),
@@ -155,7 +156,11 @@ def test_serve_reasoning_budget_and_seed_defaults(tiny_path, tiny_model, tmp_pat
         assert chat(base, max_tokens=6).json()["choices"][0]["message"]["content"] == content   # serve's seed
         assert chat(base, max_tokens=6, seed=7, reasoning_budget=0).json()["choices"][0]["message"]["content"] == \
             content
-        assert chat(base, max_tokens=6, seed=8).json()["choices"][0]["message"]["content"] != content
+        second = chat(base, max_tokens=6, seed=8).json()["choices"][0]["message"]["content"]
+        assert second != content
+        # n choices without a seed: serve's seed plus the choice's number (they had all been serve's: n copies)
+        three = [c["message"]["content"] for c in chat(base, max_tokens=6, n=3).json()["choices"]]
+        assert three[:2] == [content, second] and len(set(three)) == 3
     finally:
         proc.terminate()
         proc.wait(30)

@@ -203,3 +203,20 @@ def test_the_api_key_guards_ollamas_routes_too(server):
     assert r.status_code == 401 and r.json() == {"error": "No API key given: send the header "
                                                           "'Authorization: Bearer YOUR_KEY'."}
     assert httpx.get(server + "/api/tags", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_repeat_last_n_0_and_mirostat_settings(api, client):
+    """repeat_last_n 0 turns all three penalties off (llama.cpp's
+    penalty_last_n 0), and mirostat_tau/eta, which clients send with ollama's
+    defaults, change nothing while mirostat is off."""
+    prompt = "The capital of France is"
+    plain = {k: v for k, v in OPTIONS.items() if k not in ("repeat_penalty", "presence_penalty")}
+    off = api.generate(model=MODEL, prompt=prompt, raw=True,
+                       options={**OPTIONS, "presence_penalty": 1.5, "frequency_penalty": 1.0, "repeat_last_n": 0})
+    assert off.response == api.generate(model=MODEL, prompt=prompt, raw=True, options=plain).response
+    kw = {k: v for k, v in OPENAI.items() if k not in ("presence_penalty", "extra_body")}
+    assert off.response == client.completions.create(model=MODEL, prompt=prompt, **kw,
+                                                     extra_body={"top_k": 50}).choices[0].text
+    tuned = api.generate(model=MODEL, prompt=prompt, raw=True,
+                         options={**OPTIONS, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1})
+    assert tuned.response == api.generate(model=MODEL, prompt=prompt, raw=True, options=OPTIONS).response

@@ -24,13 +24,16 @@ def reference(logits, p: SamplingParams, prompt=()):
     ids = torch.tensor([list(prompt)], dtype=torch.long) if len(prompt) else torch.zeros((1, 0), dtype=torch.long)
     if p.repetition_penalty != 1:
         x = RepetitionPenaltyLogitsProcessor(p.repetition_penalty)(ids, x)
-    x = TemperatureLogitsWarper(p.temperature)(ids, x)
+    if not p.temperature_last:
+        x = TemperatureLogitsWarper(p.temperature)(ids, x)
     if p.top_k:
         x = TopKLogitsWarper(p.top_k)(ids, x)
     if p.top_p < 1:
         x = TopPLogitsWarper(p.top_p)(ids, x)
     if p.min_p > 0:
         x = MinPLogitsWarper(p.min_p)(ids, x)
+    if p.temperature_last:        # llama.cpp's order: the temperature on what the filters left
+        x = TemperatureLogitsWarper(p.temperature)(ids, x)
     return torch.softmax(x, -1)[0].numpy()
 
 
@@ -69,6 +72,9 @@ CASES = [
     SamplingParams(temperature=1.0, min_p=0.05),
     SamplingParams(temperature=1.2, top_k=100, top_p=0.8, min_p=0.02),
     SamplingParams(temperature=1.0, top_p=0.5, repetition_penalty=1.3),
+    SamplingParams(temperature=1.7, top_k=100, top_p=0.8, min_p=0.02, temperature_last=True),
+    SamplingParams(temperature=0.6, top_p=0.9, temperature_last=True),
+    SamplingParams(temperature=1.0, top_p=0.0),       # the most likely token only
 ]
 
 
@@ -140,13 +146,14 @@ def test_seed_reproduces_and_differs():
 
 @pytest.mark.parametrize("kw,msg", [
     ({"temperature": -1}, "temperature must be between 0 and 100, got -1"),
-    ({"top_p": 0}, "top_p must be in \\(0, 1\\], got 0"),
+    ({"top_p": -0.1}, "top_p must be in \\[0, 1\\], got -0.1"),
     ({"top_k": -3}, "top_k must be an integer >= 0"),
     ({"min_p": 1.5}, "min_p must be in \\[0, 1\\], got 1.5"),
-    ({"repetition_penalty": 0}, "repetition_penalty must be greater than 0"),
+    ({"repetition_penalty": 0}, "repetition_penalty must be a finite number greater than 0"),
+    ({"repetition_penalty": math.inf}, "repetition_penalty must be a finite number greater than 0"),
     ({"presence_penalty": 3}, "presence_penalty must be between -2 and 2, got 3"),
-    ({"seed": "x"}, "seed must be a non-negative integer"),
-    ({"seed": -5}, "seed must be a non-negative integer \\(or None: a fresh seed\\), got -5"),
+    ({"seed": "x"}, "seed must be an integer >= 0"),
+    ({"seed": -5}, "seed must be an integer >= 0 \\(-1 or none: a fresh seed\\), got -5"),
 ])
 def test_bad_parameters_are_named(kw, msg):
     with pytest.raises(SamplingError, match=msg):
@@ -158,3 +165,36 @@ def test_logit_bias_checked_against_vocabulary():
         SamplingParams(logit_bias={5000: 1}).check_vocab(V)
     with pytest.raises(SamplingError, match="logit_bias for token 3 must be a number in \\[-100, 100\\]"):
         SamplingParams(logit_bias={3: 500}).check_vocab(V)
+
+
+def test_temperature_last_is_llama_cpps_order_on_a_known_case():
+    """p = .5/.3/.15/.05, T = 2, top-p .75: llama.cpp keeps the two tokens
+    whose untempered mass reaches .75, then tempers them: sqrt(.5) : sqrt(.3)."""
+    x = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    ids, probs = distribution(x, SamplingParams(temperature=2, top_p=0.75, temperature_last=True))
+    want = np.sqrt([0.5, 0.3]) / np.sqrt([0.5, 0.3]).sum()
+    assert sorted(ids) == [0, 1]
+    np.testing.assert_allclose(probs[np.argsort(ids)], want, rtol=1e-12)
+    ids, _ = distribution(x, SamplingParams(temperature=2, top_p=0.75))    # tempered first: three tokens
+    assert sorted(ids) == [0, 1, 2]
+
+
+def test_no_token_left_is_an_error_not_an_excluded_token():
+    """Every token excluded (bans, a grammar): NoTokenLeft, greedy or not
+    (np.argmax had named token 0, the draw an id past the vocabulary)."""
+    from goosedump.sampling import NoTokenLeft
+    x = np.full(V, -np.inf, np.float32)
+    for p in (SamplingParams(temperature=0), SamplingParams(temperature=1.0, seed=1)):
+        with pytest.raises(NoTokenLeft, match="no token is left to choose"):
+            sample(x, p, make_rng(p))
+    banned = SamplingParams(temperature=0.5, logit_bias={t: -math.inf for t in range(V)})
+    with pytest.raises(NoTokenLeft):
+        sample(fixed_logits(), banned, make_rng(banned))
+
+
+def test_a_tiny_temperature_on_negative_logits_is_the_argmax():
+    x = np.full(V, -100.0)
+    x[17] = -99.0
+    for t in (1e-308, 1e-30):
+        p = SamplingParams(temperature=t, seed=0)
+        assert sample(x, p, make_rng(p)) == 17

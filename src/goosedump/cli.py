@@ -121,10 +121,18 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=0.0,
                    help="drop tokens less likely than min-p times the most likely (default 0: off)")
     p.add_argument("--repetition-penalty", "--repeat-penalty", type=float, default=1.0,
-                   help="divide the logits of tokens already seen (prompt and answer) by this, as transformers "
-                        "and llama.cpp do (default 1.0: off)")
+                   help="divide the positive logits of tokens already seen (prompt and answer) by this and "
+                        "multiply the negative ones, as transformers does; llama.cpp's counts only the last 64 "
+                        "tokens (default 1.0: off)")
+    p.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="subtract this from the logits of tokens the answer has used, as OpenAI's API does "
+                        "(-2 to 2, default 0: off)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="subtract this times each token's count in the answer from its logit, as OpenAI's API "
+                        "does (-2 to 2, default 0: off)")
     p.add_argument("-l", "--logit-bias", action="append", default=[], metavar="TOKEN_ID(+|-)BIAS",
-                   help="add BIAS to the token's logit, as llama.cpp spells it: 15043+1, 15043-1.5 (repeatable)")
+                   help="add BIAS to the token's logit, as llama.cpp spells it: 15043+1, 15043-1.5, 15043-inf "
+                        "(never this token; repeatable)")
     p.add_argument("-s", "--seed", type=int, default=None,
                    help="random seed: the same seed gives the same output (-1 or none: a random one)")
 

@@ -158,14 +158,16 @@ def sampling_from(args: argparse.Namespace):
         raise UsageError(f"-s/--seed must be a non-negative integer, or -1 for a random one, got {seed}")
     bias = {}
     for text in getattr(args, "logit_bias", None) or []:
-        m = re.fullmatch(r"\s*(\d+)\s*([+-]\s*(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*", text)
+        m = re.fullmatch(r"\s*(\d+)\s*([+-]\s*(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf))\s*", text)
         if not m:
-            raise UsageError(f"-l/--logit-bias takes TOKEN_ID+BIAS or TOKEN_ID-BIAS (for example 15043+1 or "
-                             f"15043-1.5), got {text!r}")
+            raise UsageError(f"-l/--logit-bias takes TOKEN_ID+BIAS or TOKEN_ID-BIAS (for example 15043+1, "
+                             f"15043-1.5, or 15043-inf: never this token), got {text!r}")
         bias[int(m.group(1))] = float(m.group(2).replace(" ", ""))
     try:
         return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                               repetition_penalty=args.repetition_penalty, logit_bias=bias,
+                              presence_penalty=getattr(args, "presence_penalty", 0.0),
+                              frequency_penalty=getattr(args, "frequency_penalty", 0.0),
                               seed=None if seed == -1 else seed)
     except SamplingError as e:
         raise flag_error(e) from None

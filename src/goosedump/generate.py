@@ -27,7 +27,7 @@ from .probe import NO_PROBE, Rows
 from .profiling import Recorder
 from .result import (STOP_CANCELLED, STOP_EOS, STOP_MAX_TOKENS, STOP_REPETITION, STOP_TIME_BUDGET,
                      ContextOverflowError, GenerationResult, repetition_loop, stop_after)
-from .sampling import GREEDY, SamplingParams, make_rng, sample
+from .sampling import GREEDY, NoTokenLeft, SamplingParams, best, make_rng, sample
 
 __all__ = ["Generation", "GenerationResult", "Stepper", "ContextOverflowError", "check_prompt", "check_context",
            "repetition_loop", "STOP_EOS", "STOP_MAX_TOKENS", "STOP_REPETITION", "STOP_TIME_BUDGET",
@@ -259,6 +259,8 @@ class Stepper:
                                                             gen.prompt_logprobs, self.tok.unused_ids)
             x = x[-1:]
         token = self.pick([gen], x, gen.probe)[0]
+        if token is None:
+            return False
         cache.save_window()                # lets the next turn rewind to this prompt's end
         gen.keep = keep is not None
         gen.t_prefill = time.perf_counter()
@@ -284,6 +286,8 @@ class Stepper:
         dt = time.perf_counter() - t0
         still = []
         for g, token in zip(live, tokens):
+            if token is None:
+                continue
             g.steps += 1
             g.compute_seconds += dt
             if g.recorder is not None:
@@ -292,11 +296,12 @@ class Stepper:
                 still.append(g)
         return still
 
-    def pick(self, gens: list[Generation], x: np.ndarray, probe) -> list[int]:
+    def pick(self, gens: list[Generation], x: np.ndarray, probe) -> list[int | None]:
         """The next token of each row of x [B, D]: greedy by the head's fused
         argmax when no row changes its logits, else from the logits. The
         vocabulary's UNUSED ids are never picked, nor what a row's constraint
-        forbids (each row its own: the others are untouched)."""
+        forbids (each row its own: the others are untouched). None for a row
+        left no token (its generation ended with NoTokenLeft)."""
         head, unused = self.tr.head, self.tok.unused_ids
         with probe.timer("output_head"):
             if all(g.sampling.plain_greedy and g.constraint is None and g.logprobs is None for g in gens):
@@ -312,12 +317,14 @@ class Stepper:
             for g, row in zip(gens, logits):
                 if g.constraint is not None:
                     row[~g.constraint.allowed()] = -np.inf
-        out = []
+        out: list[int | None] = []
         for g, row in zip(gens, logits):
-            if g.sampling.plain_greedy:
-                out.append(int(np.argmax(row)))
-            else:
-                out.append(sample(row, g.sampling, g.rng, g.prompt_arr, np.asarray(g.generated, dtype=np.int64)))
+            try:
+                out.append(best(row) if g.sampling.plain_greedy else
+                           sample(row, g.sampling, g.rng, g.prompt_arr, np.asarray(g.generated, dtype=np.int64)))
+            except NoTokenLeft as e:     # this generation ends with the error; the batch's others go on
+                out.append(None)
+                g.end(None, e)
         return out
 
     def accept(self, gen: Generation, token: int) -> bool:

@@ -10,6 +10,9 @@ Order of operations, as transformers and vLLM apply them:
   3. logits / temperature, then top-k, top-p (the smallest set of most
      likely tokens whose mass reaches p), min-p (tokens at least min_p times
      as likely as the most likely one), each on the tempered distribution;
+     with temperature_last (llama.cpp's order, which its /completion takes),
+     top-k, top-p and min-p on the untempered distribution, then the
+     temperature on what they leave;
   4. a draw from what is left, renormalised.
 """
 from __future__ import annotations
@@ -29,17 +32,23 @@ class SamplingError(ValueError):
     pass
 
 
+class NoTokenLeft(SamplingError):
+    """Every token excluded (logit_bias bans, a grammar, the reply's format):
+    the generation cannot go on."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 1.0     # 0: greedy
     top_k: int = 0               # 0: off
-    top_p: float = 1.0           # 1: off
+    top_p: float = 1.0           # 1: off; 0: the most likely token only
     min_p: float = 0.0           # 0: off
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict = field(default_factory=dict)   # token id -> added to its logit
     seed: int | None = None      # None: fresh entropy
+    temperature_last: bool = False   # llama.cpp's order: top-k/p, min-p before the temperature
 
     def __post_init__(self):
         def check(name, ok, expected):
@@ -48,17 +57,17 @@ class SamplingParams:
         num = (int, float)
         check("temperature", isinstance(self.temperature, num) and 0 <= self.temperature <= 100, "between 0 and 100")
         check("top_k", isinstance(self.top_k, int) and self.top_k >= 0, "an integer >= 0 (0: off)")
-        check("top_p", isinstance(self.top_p, num) and 0 < self.top_p <= 1, "in (0, 1]")
+        check("top_p", isinstance(self.top_p, num) and 0 <= self.top_p <= 1, "in [0, 1]")
         check("min_p", isinstance(self.min_p, num) and 0 <= self.min_p <= 1, "in [0, 1]")
-        check("repetition_penalty", isinstance(self.repetition_penalty, num) and self.repetition_penalty > 0,
-              "greater than 0 (1: off)")
+        check("repetition_penalty", isinstance(self.repetition_penalty, num) and 0 < self.repetition_penalty
+              and math.isfinite(self.repetition_penalty), "a finite number greater than 0 (1: off)")
         check("presence_penalty", isinstance(self.presence_penalty, num) and -2 <= self.presence_penalty <= 2,
               "between -2 and 2")
         check("frequency_penalty", isinstance(self.frequency_penalty, num) and -2 <= self.frequency_penalty <= 2,
               "between -2 and 2")
         check("logit_bias", isinstance(self.logit_bias, dict), "a mapping of token id to bias")
         check("seed", self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
-              "a non-negative integer (or None: a fresh seed)")
+              "an integer >= 0 (-1 or none: a fresh seed)")
 
     @property
     def greedy(self) -> bool:
@@ -85,6 +94,9 @@ class SamplingParams:
 
 
 GREEDY = SamplingParams(temperature=0.0)
+# The order of the samplers, in llama.cpp's names, as each order applies them
+SAMPLER_ORDER = ("penalties", "temperature", "top_k", "top_p", "min_p")
+SAMPLER_ORDER_TEMPERATURE_LAST = ("penalties", "top_k", "top_p", "min_p", "temperature")
 
 
 def adjust_logits(logits: np.ndarray, p: SamplingParams, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
@@ -110,12 +122,7 @@ def distribution(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray | None, n
     if p.top_k and p.top_k < len(x):
         ids = np.argpartition(-x, p.top_k - 1)[:p.top_k]
         x = x[ids]
-    with np.errstate(over="ignore"):
-        z = x / p.temperature
-        if z.max() == np.inf:     # a temperature so small that x / T overflows: shift first (max 0, no inf - inf)
-            z = (x - x.max()) / p.temperature
-    probs = np.exp(z - z.max())
-    probs /= probs.sum()
+    probs = _softmax(x, 1.0 if p.temperature_last else p.temperature)
     keep = None
     if p.top_p < 1:
         order = _descending(probs, p.top_p)
@@ -127,8 +134,21 @@ def distribution(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray | None, n
     if keep is not None:
         ids = keep if ids is None else ids[keep]
         probs = probs[keep]
+        x = x[keep]
         probs = probs / probs.sum()
+    if p.temperature_last and p.temperature != 1:
+        probs = _softmax(x, p.temperature)
     return ids, probs
+
+
+def _softmax(x: np.ndarray, temperature: float) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = x / temperature
+        if not np.isfinite(z.max()):    # a temperature so small that x / T overflows (or every logit
+            # underflows to -inf): shift first, the largest to 0
+            z = (x - x.max()) / temperature
+    probs = np.exp(z - z.max())
+    return probs / probs.sum()
 
 
 def _descending(probs: np.ndarray, mass: float) -> np.ndarray:
@@ -148,7 +168,9 @@ def sample(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator,
     output = np.empty(0, np.int64) if output is None else np.asarray(output)
     x = adjust_logits(logits, p, prompt, output)
     if p.greedy:
-        return int(np.argmax(x))
+        return best(x)
+    if not x.max() > -np.inf:
+        raise NoTokenLeft(NO_TOKEN_LEFT)
     ids, probs = distribution(x, p)
     # inverse CDF with one uniform draw: one draw per token keeps seeded runs
     # reproducible. The draw is scaled to the sum as rounded, so that it never
@@ -156,6 +178,19 @@ def sample(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator,
     cum = np.cumsum(probs)
     i = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
     return int(ids[i]) if ids is not None else i
+
+
+NO_TOKEN_LEFT = ("no token is left to choose: logit_bias, the grammar or the reply's format excludes every one "
+                 "(or the model's logits are not numbers)")
+
+
+def best(x: np.ndarray) -> int:
+    """The argmax of x, lowest id among equals; NoTokenLeft if every value is
+    -inf or NaN (np.argmax would name an excluded token)."""
+    t = int(np.argmax(x))
+    if not x[t] > -np.inf:
+        raise NoTokenLeft(NO_TOKEN_LEFT)
+    return t
 
 
 def make_rng(p: SamplingParams) -> np.random.Generator:

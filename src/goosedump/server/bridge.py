@@ -13,6 +13,8 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from ..sampling import NoTokenLeft
+from .errors import bad_request
 from .metrics import Metrics
 
 
@@ -53,6 +55,8 @@ class Submitted:
             while True:
                 event = await self.queue.get()
                 if event is None:
+                    if isinstance(self.gen.error, NoTokenLeft):     # the request's doing: a 400
+                        raise bad_request(str(self.gen.error)) from None
                     if self.gen.error is not None:
                         raise self.gen.error
                     return

@@ -95,7 +95,8 @@ async def handle(server, body: ChatBody, request: Request):
     choices: list[ChatChoice] = []
     try:
         for k in range(n_choices):
-            sub = server.submit(prompt, n, seeded(body, k), param, "messages", plan.gate(server.tok), n_top)
+            fields = seeded(body, k, server.defaults.sampling)
+            sub = server.submit(prompt, n, fields, param, "messages", plan.gate(server.tok), n_top)
             choices.append(ChatChoice(sub, ReplyStream(server.tok, stops, plan.prefix),
                                       None if n_top is None else ContentLogprobs(server.tok, sub.gen)))
     except BaseException:

@@ -48,12 +48,14 @@ def candidate_count(best_of, n: int, prompts: int, stream: bool) -> int:
     return best_of
 
 
-def seeded(body, k: int):
-    """Choice k's fields: the request's with its seed plus k (choice 0 has
-    the request's own; without a seed every choice draws a fresh one)."""
-    if k == 0 or body.seed is None or body.seed == -1:
+def seeded(body, k: int, defaults: dict):
+    """Choice k's fields: the request's with its seed (else serve's -s)
+    plus k (choice 0 has the seed itself; without one every choice draws
+    a fresh one)."""
+    seed = body.seed if body.seed is not None else defaults.get("seed")
+    if k == 0 or seed is None or seed == -1:
         return body
-    return body.model_copy(update={"seed": body.seed + k})
+    return body.model_copy(update={"seed": seed + k})
 
 
 @contextlib.asynccontextmanager

@@ -42,7 +42,8 @@ async def handle(server, body: CompletionBody, request: Request):
     try:
         for ids, limit in zip(prompts, limits):
             for k in range(pool):
-                choices.append(TextChoice(server, seeded(body, k), ids, limit, k == 0, score_only, pool > n))
+                fields = seeded(body, k, server.defaults.sampling)
+                choices.append(TextChoice(server, fields, ids, limit, k == 0, score_only, pool > n))
     except BaseException:
         for c in choices:
             cancel_unfinished(c.sub.gen)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from ..logprobs import MAX_TOP, Unread, entry
 from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
+from ..sampling import SAMPLER_ORDER, SAMPLER_ORDER_TEMPERATURE_LAST
 from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import bad_request
@@ -27,7 +28,41 @@ from .sse import sse, stream_error
 OPTIONS = (*SAMPLING, *OFF, "n_predict", "stop", "repeat_last_n")
 # llama.cpp's samplers and switches goosedump does not have, taken at the
 # value that turns them off (any other is refused by name, as OFF's are)
-LLAMA_OFF = {"dry_multiplier": 0, "xtc_probability": 0, "dynatemp_range": 0, "ignore_eos": False}
+LLAMA_OFF = {"dry_multiplier": 0, "xtc_probability": 0, "dynatemp_range": 0, "ignore_eos": False,
+             "top_n_sigma": -1}
+# llama.cpp's sampler names (and letters) for `samplers`; those not here
+# are off (LLAMA_OFF, OFF) and their place in the order changes nothing
+SAMPLER_NAMES = {"penalties": "penalties", "temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
+                 "min_p": "min_p", "k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature"}
+OFF_SAMPLERS = {"dry", "top_n_sigma", "typ_p", "typical_p", "xtc", "d", "s", "y", "x", "e"}
+
+
+# what a sampler left out of `samplers` leaves at off
+LEFT_OUT = {"penalties": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
+            "temperature": {"temperature": 1.0}, "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0},
+            "min_p": {"min_p": 0.0}}
+
+
+def sampler_chain(samplers) -> tuple[bool, dict]:
+    """(temperature last?, the fields that samplers' chain leaves out turns
+    off) for llama.cpp's `samplers` (names, or a string of their letters).
+    goosedump applies penalties, then top-k, top-p, min-p with the
+    temperature before them or after (llama.cpp's default): any order of
+    those that keeps the rest in that order."""
+    names = list(samplers) if isinstance(samplers, str) else samplers
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise bad_request(f"samplers must be a list of sampler names, got {samplers!r}", param="samplers")
+    unknown = [n for n in names if n not in SAMPLER_NAMES and n not in OFF_SAMPLERS]
+    if unknown:
+        raise bad_request(f"samplers: unknown sampler {unknown[0]!r}", param="samplers")
+    order = tuple(dict.fromkeys(SAMPLER_NAMES[n] for n in names if n in SAMPLER_NAMES))
+    off = {k: v for name, fields in LEFT_OUT.items() if name not in order for k, v in fields.items()}
+    for supported, last in ((SAMPLER_ORDER_TEMPERATURE_LAST, True), (SAMPLER_ORDER, False)):
+        if order == tuple(x for x in supported if x in order):
+            return last, off
+    raise bad_request(f"samplers={samplers!r} is not an order goosedump applies: it applies "
+                      f"{', '.join(SAMPLER_ORDER_TEMPERATURE_LAST)} (llama.cpp's) or "
+                      f"{', '.join(SAMPLER_ORDER)}", param="samplers")
 
 
 class LlamaCompletionBody(BaseModel):
@@ -111,7 +146,8 @@ async def handle(server, body: LlamaCompletionBody, request: Request):
         if isinstance(given.get(key), (int, float)) and not isinstance(given[key], bool) and given[key] < 0:
             given[key] = 0
     kw, limit, stops = read_options({k: given[k] for k in OPTIONS if k in given}, prefix="", limit_key="n_predict")
-    fields = Fields(**kw, logit_bias=bias(body.logit_bias, server.tok))
+    last, off = sampler_chain(given["samplers"]) if given.get("samplers") is not None else (True, {})
+    fields = Fields(**{**kw, **off}, logit_bias=bias(body.logit_bias, server.tok), temperature_last=last)
     sampling = sampling_params(fields, server.defaults.sampling)
     if not 0 <= body.n_probs <= MAX_TOP:
         raise bad_request(f"n_probs must be from 0 to {MAX_TOP}, got {body.n_probs}", param="n_probs")

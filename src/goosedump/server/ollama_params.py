@@ -53,6 +53,8 @@ LOADING = {"numa", "num_ctx", "num_batch", "num_gpu", "main_gpu", "low_vram", "f
            "use_mmap", "use_mlock", "embedding_only", "num_thread", "num_keep", "penalize_newline"}
 # samplers goosedump does not have, accepted at the value that turns them off
 OFF = {"mirostat": 0, "tfs_z": 1, "typical_p": 1}
+# their settings, which change nothing while they are off (clients send ollama's defaults)
+OFF_SETTINGS = {"mirostat_tau", "mirostat_eta"}
 
 
 @dataclass
@@ -101,12 +103,13 @@ def read_options(o: dict, prefix: str = "options.", limit_key: str = "num_predic
             stops = stop_list(value, where)
         elif key == "repeat_last_n":
             window = value
-        elif key not in LOADING:
+        elif key not in LOADING and key not in OFF_SETTINGS:
             raise bad_request(f"unknown option {key!r}: the options are ollama's (temperature, top_p, top_k, min_p, "
                               "seed, num_predict, stop, repeat_penalty, presence_penalty, frequency_penalty, ...)",
                               param="options")
-    if window == 0:                 # 0 turns the repeat penalty off
-        kw.pop("repetition_penalty", None)
+    if window == 0:                 # 0 turns the penalties off (llama.cpp's penalty_last_n 0: all three)
+        for k in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
+            kw.pop(k, None)
     elif window not in (None, -1) and kw.get("repetition_penalty", 1) != 1:
         raise bad_request(f"{prefix}repeat_last_n={window!r} is not supported: goosedump's repeat_penalty covers "
                           "every token of the context (repeat_last_n -1)", param=f"{prefix}repeat_last_n")

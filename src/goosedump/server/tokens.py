@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict
 
 from .. import __version__
-from ..sampling import SamplingParams
+from ..sampling import SAMPLER_ORDER_TEMPERATURE_LAST, SamplingParams
 from . import chat_completions, responses
 from .params import token_ids
 from .schemas import ERROR_RESPONSES, ChatBody, ResponsesBody, openapi_extra
@@ -83,11 +83,12 @@ def register(app: FastAPI, server, read) -> None:
         defaults = server.defaults          # serve's request defaults (--temp, -n, ...)
         d = SamplingParams(**defaults.sampling)
         n = -1 if defaults.n_predict is None else defaults.n_predict
-        params = {"n_predict": n, "seed": defaults.sampling.get("seed", -1), "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
+        params = {"n_predict": n, "seed": defaults.sampling.get("seed", -1), "temperature": d.temperature,
+                  "top_k": d.top_k, "top_p": d.top_p,
                   "min_p": d.min_p, "repeat_last_n": -1, "repeat_penalty": d.repetition_penalty,
                   "presence_penalty": d.presence_penalty, "frequency_penalty": d.frequency_penalty, "stop": [],
                   "max_tokens": n, "stream": False, "n_probs": 0, "grammar": "",
-                  "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"]}
+                  "samplers": list(SAMPLER_ORDER_TEMPERATURE_LAST)}     # /completion's, llama.cpp's
         return {"default_generation_settings": {"n_ctx": model.n_ctx, "params": params},
                 "total_slots": server.engine.max_batch, "model_path": model.path,
                 "chat_template": model.chat_template or "", "modalities": {"vision": False, "audio": False},
