@@ -206,6 +206,13 @@ def test_cli_penalties_and_a_banned_token(tiny_path, tiny_model):
     out = run_cli(*base[:-2], "--seed", "5", "--presence-penalty", "1.5", "--frequency-penalty", "-0.5")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["token_ids"] == tiny_model.generate(ids, 4, sampling=SamplingParams(**kw)).token_ids
+    kw = dict(temperature=1.0, seed=5, repetition_penalty=1.5, presence_penalty=0.5, repeat_last_n=8)
+    out = run_cli(*base[:-2], "--seed", "5", "--repeat-penalty", "1.5", "--presence-penalty", "0.5",
+                  "--repeat-last-n", "8")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["token_ids"] == tiny_model.generate(ids, 4, sampling=SamplingParams(**kw)).token_ids
+    bad = run_cli(*base, "--repeat-last-n", "-2")
+    assert bad.returncode == 2 and "--repeat-last-n must be an integer >= -1" in bad.stderr
     bad = run_cli(*base, "--presence-penalty", "3")
     assert bad.returncode == 2 and "--presence-penalty" in bad.stderr and "Traceback" not in bad.stderr
 

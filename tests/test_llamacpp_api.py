@@ -80,7 +80,7 @@ def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
     ({"top_p": 1.01}, "top_p must be in [0, 1]"),
     ({"repeat_penalty": 0}, "repeat_penalty must be a finite number greater than 0"),
     ({"mirostat": 2}, "no mirostat sampler"),
-    ({"repeat_penalty": 1.1, "repeat_last_n": 64}, "repeat_last_n=64 is not supported"),
+    ({"repeat_penalty": 1.1, "repeat_last_n": -2}, "repeat_last_n must be an integer >= -1"),
     ({"n_probs": 21}, "n_probs must be from 0 to 20"),
     ({"grammar": "root ::= nothing-defined"}, "grammar"),
     ({"logit_bias": [[1.5, 2]]}, "logit_bias[0]'s token must be a token id or a text, got 1.5"),

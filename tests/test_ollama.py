@@ -174,7 +174,9 @@ def test_thinking_and_tool_calls_in_ollamas_shapes(tiny_model):
     ("/api/chat", {"messages": USER, "options": {"num_predict": 0}}, "options.num_predict must be"),
     ("/api/chat", {"messages": USER, "options": {"num_predict": 10 ** 6}}, "options.num_predict asks for"),
     ("/api/chat", {"messages": USER, "options": {"stop": [""]}}, "options.stop must be"),
-    ("/api/chat", {"messages": USER, "options": {"repeat_penalty": 1.2, "repeat_last_n": 64}}, "repeat_last_n=64"),
+    ("/api/chat", {"messages": USER, "options": {"repeat_penalty": 1.2, "repeat_last_n": -3}},
+     "options.repeat_last_n must be an integer >= -1"),
+    ("/api/chat", {"messages": USER, "options": {"repeat_last_n": "64"}}, "options.repeat_last_n"),
     ("/api/chat", {"messages": USER, "think": "max"}, "think must be"),
     ("/api/chat", {"messages": USER, "format": "yaml"}, "format must be"),
     ("/api/chat", {"messages": USER, "top_logprobs": 2}, "top_logprobs needs logprobs"),
@@ -206,8 +208,8 @@ def test_the_api_key_guards_ollamas_routes_too(server):
 
 
 def test_repeat_last_n_0_and_mirostat_settings(api, client):
-    """repeat_last_n 0 turns all three penalties off (llama.cpp's
-    penalty_last_n 0), and mirostat_tau/eta, which clients send with ollama's
+    """repeat_last_n: llama.cpp's window for the three penalties, 0 turning
+    them off; and mirostat_tau/eta, which clients send with ollama's
     defaults, change nothing while mirostat is off."""
     prompt = "The capital of France is"
     plain = {k: v for k, v in OPTIONS.items() if k not in ("repeat_penalty", "presence_penalty")}
@@ -217,6 +219,13 @@ def test_repeat_last_n_0_and_mirostat_settings(api, client):
     kw = {k: v for k, v in OPENAI.items() if k not in ("presence_penalty", "extra_body")}
     assert off.response == client.completions.create(model=MODEL, prompt=prompt, **kw,
                                                      extra_body={"top_k": 50}).choices[0].text
+    # a window of 64, as ollama's and llama.cpp's default: the OpenAI route's extension gives the same tokens
+    windowed = {**OPTIONS, "repeat_last_n": 64, "frequency_penalty": 0.5}
+    got = api.generate(model=MODEL, prompt=prompt, raw=True, options=windowed).response
+    assert got == client.completions.create(model=MODEL, prompt=prompt, **{**OPENAI, "extra_body": {
+        **OPENAI["extra_body"], "repeat_last_n": 64}}, frequency_penalty=0.5).choices[0].text
+    assert got != api.generate(model=MODEL, prompt=prompt, raw=True,
+                               options={**windowed, "repeat_last_n": 1}).response
     tuned = api.generate(model=MODEL, prompt=prompt, raw=True,
                          options={**OPTIONS, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1})
     assert tuned.response == api.generate(model=MODEL, prompt=prompt, raw=True, options=OPTIONS).response

@@ -153,6 +153,7 @@ def test_seed_reproduces_and_differs():
     ({"repetition_penalty": math.inf}, "repetition_penalty must be a finite number greater than 0"),
     ({"presence_penalty": 3}, "presence_penalty must be between -2 and 2, got 3"),
     ({"seed": "x"}, "seed must be an integer >= 0"),
+    ({"repeat_last_n": -2}, "repeat_last_n must be an integer >= -1"),
     ({"seed": -5}, "seed must be an integer >= 0 \\(-1 or none: a fresh seed\\), got -5"),
 ])
 def test_bad_parameters_are_named(kw, msg):
@@ -165,6 +166,38 @@ def test_logit_bias_checked_against_vocabulary():
         SamplingParams(logit_bias={5000: 1}).check_vocab(V)
     with pytest.raises(SamplingError, match="logit_bias for token 3 must be a number in \\[-100, 100\\]"):
         SamplingParams(logit_bias={3: 500}).check_vocab(V)
+
+
+def llama_penalties(logits, p, history):
+    """llama.cpp's penalties sampler (llama_sampler_penalties_apply), token
+    by token: counts over the last repeat_last_n tokens; a counted token's
+    logit multiplied by the penalty where <= 0, else divided; then less
+    count * frequency + presence."""
+    n = p.repeat_last_n
+    window = [] if n == 0 else list(history)[-n:] if n > 0 else list(history)
+    counts = {}
+    for t in window:
+        counts[t] = counts.get(t, 0) + 1
+    out = [float(v) for v in logits]
+    for t, c in counts.items():
+        v = out[t]
+        v = v * p.repetition_penalty if v <= 0 else v / p.repetition_penalty
+        out[t] = v - (c * p.frequency_penalty + p.presence_penalty)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("n", [-1, 0, 1, 5, 64, 10_000])
+def test_repeat_last_n_is_llama_cpps_window(n):
+    logits = fixed_logits(3)
+    rng = np.random.default_rng(n + 7)
+    prompt, output = rng.integers(0, 40, 50), rng.integers(0, 40, 30)      # repeats in both
+    p = SamplingParams(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.25, repeat_last_n=n)
+    ours = adjust_logits(logits, p, prompt, output)
+    np.testing.assert_allclose(ours, llama_penalties(logits, p, np.concatenate([prompt, output])), rtol=1e-12)
+    if n not in (0,):
+        # not the default's (prompt counted for presence and frequency, or a window)
+        assert not np.allclose(ours, adjust_logits(logits, SamplingParams(
+            repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.25), prompt, output))
 
 
 def test_temperature_last_is_llama_cpps_order_on_a_known_case():

@@ -122,8 +122,12 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                    help="drop tokens less likely than min-p times the most likely (default 0: off)")
     p.add_argument("--repetition-penalty", "--repeat-penalty", type=float, default=1.0,
                    help="divide the positive logits of tokens already seen (prompt and answer) by this and "
-                        "multiply the negative ones, as transformers does; llama.cpp's counts only the last 64 "
-                        "tokens (default 1.0: off)")
+                        "multiply the negative ones, as transformers does (default 1.0: off; llama.cpp's counts "
+                        "only the last 64 tokens: --repeat-last-n 64)")
+    p.add_argument("--repeat-last-n", type=int, default=None, metavar="N",
+                   help="llama.cpp's penalties: the three count only the last N tokens of prompt and answer "
+                        "(-1: all of them, 0: no penalties; default: transformers' and OpenAI's, the repetition "
+                        "penalty over all, presence and frequency over the answer)")
     p.add_argument("--presence-penalty", type=float, default=0.0,
                    help="subtract this from the logits of tokens the answer has used, as OpenAI's API does "
                         "(-2 to 2, default 0: off)")
@@ -209,6 +213,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--repetition-penalty", "--repeat-penalty", type=float, default=None, help="(default 1.0: off)")
     d.add_argument("--presence-penalty", type=float, default=None, help="(default 0: off)")
     d.add_argument("--frequency-penalty", type=float, default=None, help="(default 0: off)")
+    d.add_argument("--repeat-last-n", type=int, default=None, metavar="N",
+                   help="the penalties' window, as llama.cpp's (-1: the whole context, 0: no penalties; default: "
+                        "the repetition penalty over everything, presence and frequency over the answer)")
     d.add_argument("-s", "--seed", type=int, default=None, help="(default: a random one per request; -1 too)")
     d.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=None,
                    help="tokens to generate at most (default, or -1: until the reply ends or the context is full)")

@@ -23,7 +23,7 @@ class UsageError(ValueError):
 # Sampling parameters as the flags spell them (their errors name the flag).
 SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p",
                   "repetition_penalty": "--repetition-penalty", "presence_penalty": "--presence-penalty",
-                  "frequency_penalty": "--frequency-penalty", "seed": "--seed"}
+                  "frequency_penalty": "--frequency-penalty", "seed": "--seed", "repeat_last_n": "--repeat-last-n"}
 
 
 def flag_error(e) -> UsageError:
@@ -168,6 +168,7 @@ def sampling_from(args: argparse.Namespace):
                               repetition_penalty=args.repetition_penalty, logit_bias=bias,
                               presence_penalty=getattr(args, "presence_penalty", 0.0),
                               frequency_penalty=getattr(args, "frequency_penalty", 0.0),
+                              repeat_last_n=getattr(args, "repeat_last_n", None),
                               seed=None if seed == -1 else seed)
     except SamplingError as e:
         raise flag_error(e) from None

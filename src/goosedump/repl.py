@@ -24,7 +24,7 @@ HELP = """commands:
   /quit                     leave (or Ctrl-D); Ctrl-C stops the current answer
 ollama's spellings:
   /set parameter NAME VALUE temperature, top_p, top_k, min_p, seed, num_predict, repeat_penalty,
-                            presence_penalty, frequency_penalty
+                            repeat_last_n, presence_penalty, frequency_penalty
   /set system TEXT          /system TEXT
   /set think [low|medium|high], /set nothink   reason (at that effort), or answer at once
   /set hidethinking, /set nohidethinking       /reasoning off, on
@@ -38,8 +38,8 @@ MAX_CONVERSATION = MAX_FLAG_FILE   # bytes /load reads at most, as run's -f file
 
 # ollama's parameter names -> SamplingParams' (num_predict is the token limit)
 PARAMETERS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
-              "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
-              "frequency_penalty": "frequency_penalty", "num_predict": None}
+              "repeat_penalty": "repetition_penalty", "repeat_last_n": "repeat_last_n",
+              "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty", "num_predict": None}
 
 
 class ChatSession:
@@ -212,7 +212,9 @@ class ChatSession:
         elif what == "parameters":
             s = self.sampling
             self.err.write(f"temperature {s.temperature}, top_p {s.top_p}, top_k {s.top_k}, min_p {s.min_p}, "
-                           f"repeat_penalty {s.repetition_penalty}, presence_penalty {s.presence_penalty}, "
+                           f"repeat_penalty {s.repetition_penalty}, "
+                           f"repeat_last_n {'unset' if s.repeat_last_n is None else s.repeat_last_n}, "
+                           f"presence_penalty {s.presence_penalty}, "
                            f"frequency_penalty {s.frequency_penalty}, seed {'random' if s.seed is None else s.seed}, "
                            f"num_predict {self.max_tokens}, reasoning effort {self.effort}"
                            f"{', no reasoning' if self.reasoning_budget == 0 else ''}\n")

@@ -6,6 +6,8 @@ Order of operations, as transformers and vLLM apply them:
      token's positive logit is divided by it, a negative one multiplied; over
      the prompt and the output), presence and frequency (OpenAI's formula,
      logit - presence * [count > 0] - frequency * count, over the output);
+     with repeat_last_n (llama.cpp's and ollama's window), all three over
+     the last repeat_last_n tokens of the prompt and output (-1: all, 0: none);
   2. temperature 0: the argmax, done;
   3. logits / temperature, then top-k, top-p (the smallest set of most
      likely tokens whose mass reaches p), min-p (tokens at least min_p times
@@ -49,6 +51,7 @@ class SamplingParams:
     logit_bias: dict = field(default_factory=dict)   # token id -> added to its logit
     seed: int | None = None      # None: fresh entropy
     temperature_last: bool = False   # llama.cpp's order: top-k/p, min-p before the temperature
+    repeat_last_n: int | None = None     # llama.cpp's penalty window (None: transformers' and OpenAI's)
 
     def __post_init__(self):
         def check(name, ok, expected):
@@ -66,6 +69,10 @@ class SamplingParams:
         check("frequency_penalty", isinstance(self.frequency_penalty, num) and -2 <= self.frequency_penalty <= 2,
               "between -2 and 2")
         check("logit_bias", isinstance(self.logit_bias, dict), "a mapping of token id to bias")
+        check("repeat_last_n", self.repeat_last_n is None or (isinstance(self.repeat_last_n, int)
+                                                               and not isinstance(self.repeat_last_n, bool)
+                                                               and self.repeat_last_n >= -1),
+              "an integer >= -1 (-1: the whole context, 0: no penalties)")
         check("seed", self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
               "an integer >= 0 (-1 or none: a fresh seed)")
 
@@ -104,6 +111,8 @@ def adjust_logits(logits: np.ndarray, p: SamplingParams, prompt: np.ndarray, out
     x = logits.astype(np.float64)
     for t, b in p.logit_bias.items():
         x[int(t)] += b
+    if p.repeat_last_n is not None:
+        return _penalize_window(x, p, prompt, output)
     if p.repetition_penalty != 1:
         seen = np.unique(np.concatenate([prompt, output]).astype(np.int64))
         v = x[seen]
@@ -111,6 +120,27 @@ def adjust_logits(logits: np.ndarray, p: SamplingParams, prompt: np.ndarray, out
     if (p.presence_penalty or p.frequency_penalty) and len(output):
         ids, counts = np.unique(output.astype(np.int64), return_counts=True)
         x[ids] -= p.presence_penalty + p.frequency_penalty * counts
+    return x
+
+
+def _penalize_window(x: np.ndarray, p: SamplingParams, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+    """llama.cpp's penalties: each token's count in the last repeat_last_n
+    tokens of prompt and output; a counted token's logit divided by the
+    repetition penalty (multiplied where not positive), then less presence
+    plus frequency times its count."""
+    n = p.repeat_last_n
+    if n == 0 or (p.repetition_penalty == 1 and not p.presence_penalty and not p.frequency_penalty):
+        return x
+    window = np.concatenate([prompt[-n:] if n > 0 else prompt, output]).astype(np.int64)
+    if n > 0:
+        window = window[-n:]
+    if not len(window):
+        return x
+    ids, counts = np.unique(window, return_counts=True)
+    v = x[ids]
+    if p.repetition_penalty != 1:
+        v = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
+    x[ids] = v - (p.presence_penalty + p.frequency_penalty * counts)
     return x
 
 

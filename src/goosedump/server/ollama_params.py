@@ -87,7 +87,7 @@ def read_options(o: dict, prefix: str = "options.", limit_key: str = "num_predic
     (prefix: where they sit; limit_key: the token limit's name, llama.cpp's
     n_predict where its /completion reads the same options)."""
     kw: dict = {}
-    limit, stops, window = None, [], None
+    limit, stops = None, []
     for key, value in o.items():
         where = f"{prefix}{key}"
         if key in SAMPLING:
@@ -101,18 +101,13 @@ def read_options(o: dict, prefix: str = "options.", limit_key: str = "num_predic
             limit = num_predict(value, where)
         elif key == "stop":
             stops = stop_list(value, where)
-        elif key == "repeat_last_n":
-            window = value
+        elif key == "repeat_last_n":      # llama.cpp's window for the three penalties (-1: all, 0: none)
+            if value is not None:
+                kw["repeat_last_n"] = as_whole(value)
         elif key not in LOADING and key not in OFF_SETTINGS:
             raise bad_request(f"unknown option {key!r}: the options are ollama's (temperature, top_p, top_k, min_p, "
                               "seed, num_predict, stop, repeat_penalty, presence_penalty, frequency_penalty, ...)",
                               param="options")
-    if window == 0:                 # 0 turns the penalties off (llama.cpp's penalty_last_n 0: all three)
-        for k in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
-            kw.pop(k, None)
-    elif window not in (None, -1) and kw.get("repetition_penalty", 1) != 1:
-        raise bad_request(f"{prefix}repeat_last_n={window!r} is not supported: goosedump's repeat_penalty covers "
-                          "every token of the context (repeat_last_n -1)", param=f"{prefix}repeat_last_n")
     try:
         sampling_params(Fields(**kw))      # each value checked here, named as the request names it
     except ValidationError as e:           # a value of the wrong type

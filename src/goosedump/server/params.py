@@ -20,7 +20,7 @@ MAX_STOPS = 4                  # as OpenAI: up to 4 stop strings
 
 
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-            "seed", "temperature_last")
+            "seed", "temperature_last", "repeat_last_n")
 
 
 @dataclass

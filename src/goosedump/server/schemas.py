@@ -44,6 +44,7 @@ class Fields(BaseModel):
     n: Union[int, None] = None
     time_budget: Union[float, None] = None     # goosedump: seconds of generation at most
     temperature_last: Union[bool, None] = None  # llama.cpp's order: top-k/p, min-p, then temperature
+    repeat_last_n: Union[int, None] = None      # llama.cpp's penalty window (-1: all, 0: no penalties)
     # llama.cpp's: the answer follows a grammar (GBNF or Lark) or a JSON schema
     grammar: Union[str, None] = None
     json_schema: Union[dict[str, Any], None] = None

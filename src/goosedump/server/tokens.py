@@ -85,7 +85,7 @@ def register(app: FastAPI, server, read) -> None:
         n = -1 if defaults.n_predict is None else defaults.n_predict
         params = {"n_predict": n, "seed": defaults.sampling.get("seed", -1), "temperature": d.temperature,
                   "top_k": d.top_k, "top_p": d.top_p,
-                  "min_p": d.min_p, "repeat_last_n": -1, "repeat_penalty": d.repetition_penalty,
+                  "min_p": d.min_p, "repeat_last_n": -1 if d.repeat_last_n is None else d.repeat_last_n, "repeat_penalty": d.repetition_penalty,
                   "presence_penalty": d.presence_penalty, "frequency_penalty": d.frequency_penalty, "stop": [],
                   "max_tokens": n, "stream": False, "n_probs": 0, "grammar": "",
                   "samplers": list(SAMPLER_ORDER_TEMPERATURE_LAST)}     # /completion's, llama.cpp's
