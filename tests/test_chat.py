@@ -50,7 +50,7 @@ NUMBERS = {"type": "function", "function": {"name": "tune", "parameters": {"type
     "big": {"type": "number", "default": 1e20}, "small": {"type": "number", "default": 0.00001},
     "tiny": {"type": "number", "default": -2.5e-7}, "edge": {"type": "number", "default": 1e16},
     "plain": {"type": "number", "default": 1e15}, "huge": {"type": "integer", "default": 2**70},
-    "mode": {"type": "number", "enum": [0.5, 1e-6, 3.0]}}}}}
+    "mode": {"type": "number", "default": 1e-6}}}}}
 
 
 def conversations():
@@ -204,6 +204,15 @@ def test_default_date_is_today(tiny_model):
     assert any(f"Current date: {d}" in text for d in days)
 
 
+def test_a_number_past_a_float_renders_its_digits(tiny_model):
+    """A default past an f64 (openai-harmony refuses it) is written as its
+    digits, not an OverflowError (a 500 at the server)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer", "default": 10**400}}}}}
+    text = tiny_model.tokenizer.decode(tiny_model.render_chat([{"role": "user", "content": "x"}], tools=[tool]))
+    assert "1" + "0" * 400 in text
+
+
 def test_template_fallback_equals_transformers(tiny_model):
     """The embedded template, forced, renders as transformers renders it."""
     from transformers.utils.chat_template_utils import render_jinja_template
@@ -318,6 +327,12 @@ def test_calls_to_other_recipients_stray_words_and_cut_headers(tiny_model):
                  '<|channel|>analysis to=browser.search code<|message|>{"query":"x"}'):
         turn = _reply_of(tiny_model, text)
         assert turn.content == "" and turn.reasoning == "" and not turn.tool_calls, text
+    # a lone word after the channel, which openai-harmony reads as a recipient, is no tool: the answer stays
+    assert _reply_of(tiny_model, '<|channel|>final <|constrain|>json<|message|>{"a":1}').content == '{"a":1}'
+    assert _reply_of(tiny_model, "<|channel|>analysis markdown<|message|>thinking").reasoning == "thinking"
+    assert _reply_of(tiny_model, "<|channel|>commentary to=assistant<|message|>Checking.").content == "Checking."
+    # cut in a header with no recipient: its words are the answer, as at <|end|>
+    assert _reply_of(tiny_model, "<|channel|>final The answer is 42").content == "The answer is 42"
     # a stray word in a call's header: still the call (the recipient wherever it stands)
     turn = _reply_of(tiny_model, "<|channel|>commentary to=functions.f <|constrain|>json extra<|message|>{}")
     assert [c["function"] for c in turn.tool_calls] == [{"name": "f", "arguments": "{}"}] and turn.content == ""

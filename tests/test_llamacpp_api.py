@@ -119,6 +119,10 @@ def test_samplers_order_and_chain(server, client):
     full = {**body, "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
                                  "temperature"]}
     assert post(server, "/completion", full).json()["content"] == text(temperature_last=True)
+    # the same as letters, llama.cpp's default string ("e": the penalties, kept)
+    penalized = {**body, "repeat_penalty": 1.5}
+    assert post(server, "/completion", {**penalized, "samplers": "edskypmxt"}).json()["content"] == \
+        post(server, "/completion", penalized).json()["content"] != post(server, "/completion", body).json()["content"]
     # top_p and min_p left out of the chain: off
     short = post(server, "/completion", {**body, "samplers": "kt"}).json()["content"]
     assert short == post(server, "/completion", {**body, "top_p": 1.0, "min_p": 0.0}).json()["content"]
@@ -131,7 +135,7 @@ def test_samplers_order_and_chain(server, client):
                                                                           "temperature"]
 
 
-def test_no_token_left_is_a_400(server):
+def test_no_token_left_is_a_400(server, tiny_model):
     """A grammar whose one token the bias bans: no token is left. A 400 that
     says so, greedy or sampled (greedy had emitted token 0, the draw an id
     past the vocabulary: a 500); streamed, an error event."""
@@ -142,3 +146,12 @@ def test_no_token_left_is_a_400(server):
     events = stream(server, {**body, "temperature": 1.0})
     assert "no token is left to choose" in json.dumps(events[-1])
     assert post(server, "/completion", {"prompt": PROMPT, "n_predict": 2}).status_code == 200   # the server goes on
+    # an OpenAI stream (a -Infinity bias, as Python's JSON reads it): the request's error, not the server's
+    q, = tiny_model.tokenizer.encode("q")
+    raw = ('{"prompt": "Once", "max_tokens": 3, "stream": true, "grammar": "root ::= \\"q\\"", '
+           f'"logit_bias": {{"{q}": -Infinity}}}}')
+    with httpx.stream("POST", server + "/v1/completions", content=raw, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as r:
+        lines = [ln[len("data: "):] for ln in r.iter_lines() if ln.startswith("data: ")]
+    error = json.loads(lines[-2])["error"]
+    assert error["type"] == "invalid_request_error" and "no token is left to choose" in error["message"], lines

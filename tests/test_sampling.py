@@ -144,6 +144,10 @@ def test_seed_reproduces_and_differs():
     assert a == b and a != c
 
 
+def test_seed_minus_one_is_a_fresh_seed():
+    assert SamplingParams(seed=-1).seed is None and SamplingParams(seed=0).seed == 0
+
+
 @pytest.mark.parametrize("kw,msg", [
     ({"temperature": -1}, "temperature must be between 0 and 100, got -1"),
     ({"top_p": -0.1}, "top_p must be in \\[0, 1\\], got -0.1"),

@@ -201,7 +201,9 @@ class HarmonyParser:
     Malformed output never raises: text outside a message opens an implicit
     assistant message, a header that never reaches <|message|> becomes a
     message whose text is what follows its channel (streamed once it runs
-    past HEADER_LIMIT tokens), an unknown role is read
+    past HEADER_LIMIT tokens, HEADER_LIMIT_NAMED where it names a channel
+    or recipient; cut by the end of generation while naming a recipient,
+    an empty message to it), an unknown role is read
     as a tool's name (as openai-harmony does)."""
     tokenizer: Tokenizer
     role: str | None = "assistant"
@@ -287,11 +289,11 @@ class HarmonyParser:
 
     def close(self) -> list[Message]:
         """End of generation: a message left open is closed as it stands; a
-        header cut before its <|message|> that names a channel or recipient
-        is an empty message (a tool call cut short), not text."""
+        header cut before its <|message|> that names a recipient is an empty
+        message (a tool call cut short), not text."""
         if self._current is not None:
             self._finish()
-        elif self._header and self._named():
+        elif self._header and self._names_recipient():
             self.messages.append(self._parse_header(self._header, self.role))
             self._header, self.role = None, None
         elif self._header:
@@ -300,7 +302,10 @@ class HarmonyParser:
 
     def _named(self) -> bool:
         """Whether the header so far names a channel or a recipient."""
-        return self._channel in self._header or " to=" in " " + self.tokenizer.decode(self._header)
+        return self._channel in self._header or self._names_recipient()
+
+    def _names_recipient(self) -> bool:
+        return " to=" in " " + self.tokenizer.decode(self._header)
 
     def _finish(self) -> None:
         self._text.append(self._decoder.flush())

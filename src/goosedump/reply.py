@@ -39,8 +39,8 @@ def function_name(recipient: str | None) -> str | None:
 def item_kind(role: str | None, channel: str | None, recipient: str | None) -> str | None:
     if function_name(recipient) is not None:
         return "tool_call"
-    if recipient not in (None, "all", "user"):
-        return None    # a call to a tool this API does not serve (browser, python): not the answer
+    if recipient is not None and not recipient.startswith("<|") and ("." in recipient or recipient == "python"):
+        return None    # a call to a tool this API does not serve (browser.search, python): not the answer
     if channel == "analysis":
         return "reasoning"
     if role == "assistant":

@@ -49,11 +49,14 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict = field(default_factory=dict)   # token id -> added to its logit
-    seed: int | None = None      # None: fresh entropy
+    seed: int | None = None      # None (or -1, llama.cpp's spelling): fresh entropy
     temperature_last: bool = False   # llama.cpp's order: top-k/p, min-p before the temperature
     repeat_last_n: int | None = None     # llama.cpp's penalty window (None: transformers' and OpenAI's)
 
     def __post_init__(self):
+        if self.seed == -1 and not isinstance(self.seed, bool):
+            object.__setattr__(self, "seed", None)
+
         def check(name, ok, expected):
             if not ok:
                 raise SamplingError(f"{name} must be {expected}, got {getattr(self, name)!r}")

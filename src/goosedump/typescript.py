@@ -15,7 +15,12 @@ def _json(v) -> str:
     if isinstance(v, bool) or v is None or isinstance(v, str):
         return json.dumps(v, ensure_ascii=False)
     if isinstance(v, int):
-        return str(v) if -2**63 <= v < 2**64 else _number(float(v))   # past 64 bits: an f64, as serde reads it
+        if -2**63 <= v < 2**64:
+            return str(v)
+        try:
+            return _number(float(v))      # past 64 bits: an f64, as serde reads it
+        except OverflowError:             # past an f64 too (openai-harmony refuses it): the digits
+            return str(v)
     if isinstance(v, float):
         return _number(v)
     if isinstance(v, dict):
@@ -28,7 +33,9 @@ def _json(v) -> str:
 def _number(f: float) -> str:
     """A float as ryu writes it (serde_json's): the shortest digits that read
     back, plain from 1e-5 up to below 1e16, else d.ddde±N with no "+" nor
-    padding (Python writes 1e-05 and 1e+16); not finite: null."""
+    padding (Python writes 1e-05 and 1e+16); not finite: null. (The numbers
+    schemas hold come out as openai-harmony's; its parser is not correctly
+    rounded, so a float of 17 significant digits may differ in the last.)"""
     if f != f or f in (float("inf"), float("-inf")):
         return "null"
     if f == 0:

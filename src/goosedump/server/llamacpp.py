@@ -33,8 +33,8 @@ LLAMA_OFF = {"dry_multiplier": 0, "xtc_probability": 0, "dynatemp_range": 0, "ig
 # llama.cpp's sampler names (and letters) for `samplers`; those not here
 # are off (LLAMA_OFF, OFF) and their place in the order changes nothing
 SAMPLER_NAMES = {"penalties": "penalties", "temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
-                 "min_p": "min_p", "k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature"}
-OFF_SAMPLERS = {"dry", "top_n_sigma", "typ_p", "typical_p", "xtc", "d", "s", "y", "x", "e"}
+                 "min_p": "min_p", "e": "penalties", "k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature"}
+OFF_SAMPLERS = {"dry", "top_n_sigma", "typ_p", "typical_p", "xtc", "d", "s", "y", "x"}
 
 
 # what a sampler left out of `samplers` leaves at off

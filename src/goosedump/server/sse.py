@@ -6,6 +6,7 @@ import json
 from typing import AsyncIterator
 
 from .. import __version__
+from .errors import APIError
 
 FINGERPRINT = f"goosedump-{__version__}"
 DONE = "data: [DONE]\n\n"
@@ -16,6 +17,10 @@ def sse(data: dict) -> str:
 
 
 def stream_error(e: BaseException) -> dict:
+    """An error as a stream's last event: the request's own (an APIError,
+    e.g. no token left to choose) as its 400 would say it."""
+    if isinstance(e, APIError):
+        return e.body()
     return {"error": {"message": f"generation failed: {e}", "type": "server_error", "param": None, "code": None}}
 
 
