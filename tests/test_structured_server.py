@@ -115,9 +115,22 @@ def test_length_inside_the_answer(client):
     ("/v1/responses", {"text": {"format": {"type": "json_schema", "name": "x", "schema": [1]}}}, "text.format",
      "JSON object"),
     ("/v1/completions", {"json_schema": {"type": "nope"}}, "json_schema", "json_schema"),
+    ("/v1/completions", {"grammar": 'root ::= "\\ud800"'}, "grammar", "not a character"),
+    ("/v1/completions", {"response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'}, "response_format",
+     "give one of"),
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "array", "items": {"type": "string"}}}}]}, "tools", "must be \"object\""),
+    ("/v1/chat/completions", {"tools": [STRICT_TIME], "tool_choice": {"type": "function"}}, "tool_choice",
+     "needs the function's name"),
+    ("/v1/messages", {"tools": [{"name": "f", "strict": True, "input_schema": {
+        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}]}, "tools", "'f'"),
 ])
 def test_bad_schemas_are_400_before_any_token(server, path, body, param, needle):
     base = {"/v1/completions": {"prompt": "x"}, "/v1/responses": {"input": "x"}}.get(path, {"messages": USER})
+    if path == "/v1/messages":
+        r = post(server, path, {**base, **body, "max_tokens": 4, "model": MODEL})
+        assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
+        return
     r = post(server, path, {**base, **body, "max_tokens": 4})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
@@ -139,3 +152,58 @@ def test_unconstrained_requests_are_unchanged_beside_a_constrained_one(client):
         results = [f.result() for f in futures]
     jsonschema.validate(json.loads(results[0]), PERSON)
     assert results[1:] == alone
+
+
+def test_gbnf_unicode_escapes_and_an_empty_schema(server, client):
+    """GBNF's \\uXXXX as llama.cpp reads it (llguidance's converter had read
+    \\u0041BC as U+41BC); json_schema {} is any JSON value (it had been no
+    constraint at all), as in llama.cpp and ollama."""
+    for grammar, want in (('root ::= "\\u0041BC"', "ABC"), ('root ::= "a\\u000Ab"', "a\nb"),
+                          ('root ::= "\\U0001F600" [\\u00e0-\\u00e0]', "\U0001F600\u00e0")):
+        r = post(server, "/completion", {"prompt": "Answer:", "grammar": grammar, "n_predict": 10, "temperature": 0})
+        assert r.status_code == 200 and r.json()["content"] == want, (grammar, r.text)
+    for seed in (1, 2, 3):
+        r = client.completions.create(model=MODEL, prompt="Value:", max_tokens=200, temperature=1, seed=seed,
+                                      extra_body={"json_schema": {}})
+        text = r.choices[0].text
+        if r.choices[0].finish_reason == "stop":
+            json.loads(text)
+        assert text.lstrip()[:1] in set('{["-0123456789tfn'), text
+
+
+def test_response_format_on_completions_anthropic_output_format_and_responses_echo(server, client):
+    """/v1/completions takes response_format, as vLLM does (it had been
+    ignored); Anthropic's output_format (the beta's place) constrains as
+    output_config.format does; the Responses API echoes the format it used."""
+    r = client.completions.create(model=MODEL, prompt="Person:", max_tokens=150, temperature=0,
+                                  extra_body={"response_format": {"type": "json_schema", "json_schema": {
+                                      "name": "p", "schema": PERSON}}})
+    jsonschema.validate(json.loads(r.choices[0].text), PERSON)
+    body = {"model": MODEL, "max_tokens": 200, "messages": USER, "temperature": 0, "reasoning_budget": 8,
+            "output_format": {"type": "json_schema", "schema": PERSON}}
+    out = post(server, "/v1/messages", body).json()
+    text = "".join(b["text"] for b in out["content"] if b["type"] == "text")
+    jsonschema.validate(json.loads(text), PERSON)
+    fmt = {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}
+    r = client.responses.create(model=MODEL, input="Who?", max_output_tokens=150, temperature=0,
+                                text={"format": fmt}, extra_body=BUDGET)
+    assert r.text.format.type == "json_schema" and r.text.format.name == "person"
+
+
+def test_tool_choice_none_forbids_calls_and_anthropic_strict_tools_hold(tiny_model):
+    """tool_choice "none" with tools: no call header is allowed, even to a
+    tool the history names (it had only left the tools out of the prompt);
+    Anthropic's strict tools keep their schema (strict had been dropped)."""
+    from goosedump.reply_plan import forced_call_header, plan_reply
+    from goosedump.server.anthropic_params import function_tools
+    from goosedump.structured import ConstraintError, Gate
+    tok = tiny_model.tokenizer
+    plan = plan_reply(tok, [STRICT_TIME], "none")
+    assert plan.tools is None and plan.spec is not None and plan.spec.tools == {}
+    gate = Gate(tok, plan.spec)
+    with pytest.raises(ConstraintError):
+        for t in forced_call_header(tok, "get_time"):
+            gate.advance(t)
+    assert plan_reply(tok, [STRICT_TIME], "auto").spec.tools["get_time"] is not None
+    tools = function_tools([{"name": "f", "strict": True, "input_schema": STRICT_TIME["function"]["parameters"]}])
+    assert plan_reply(tok, tools, "auto").spec.tools["f"] is not None

@@ -76,6 +76,9 @@ def parse_tools(tools: Sequence[dict] | None) -> list[Tool]:
         if params is not None and not isinstance(params, dict):
             raise ChatError(f"tools[{i}] ({name}): parameters must be a JSON schema object")
         problem = schema_problem(params, "parameters") if params is not None else None
+        if not problem and params is not None and params.get("type", "object") != "object":
+            # (OpenAI's and Anthropic's APIs refuse them: the arguments are an object of named values)
+            problem = f"parameters.type must be \"object\", got {params.get('type')!r}"
         if problem:
             raise ChatError(f"tools[{i}] ({name}): invalid schema: {problem}")
         desc = fn.get("description") or ""

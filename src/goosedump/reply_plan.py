@@ -65,6 +65,9 @@ def resolve_tool_choice(choice, tools: list[dict] | None) -> tuple[list[dict] | 
     if isinstance(choice, dict) and choice.get("type") == "function":
         fn = choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+        if not isinstance(name, str):
+            raise PlanError("tool_choice of type 'function' needs the function's name: {'type': 'function', "
+                            "'function': {'name': NAME}}", "tool_choice")
         if name not in names:
             raise PlanError(f"tool_choice names the function {name!r}, which is not among the tools "
                             f"({', '.join(names) or 'none'})", "tool_choice")
@@ -114,7 +117,7 @@ def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_
         raise PlanError(f"tool_choice forces a call to {forced!r}, which cannot continue the last assistant "
                         "message", "tool_choice")
     if not harmony:               # another chat format: no channels to constrain
-        if response_format not in (None, {"type": "text"}) or grammar or json_schema or reasoning_budget:
+        if response_format not in (None, {"type": "text"}) or grammar or json_schema is not None or reasoning_budget:
             raise PlanError("structured output needs the harmony chat format (a gpt-oss model)", format_param)
         if prefill:
             raise PlanError("continuing the last assistant message needs the harmony chat format", "messages")
@@ -123,7 +126,9 @@ def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_
         raise PlanError(f"reasoning_budget must be a whole number of tokens >= 0, got {reasoning_budget!r}",
                         "reasoning_budget")
     final = format_grammar(response_format, format_param)
-    given = [k for k, v in ((format_param, final), ("grammar", grammar), ("json_schema", json_schema)) if v]
+    # (an empty grammar is none; an empty schema {} is any JSON value, as llama.cpp and ollama read it)
+    given = [k for k, v in ((format_param, final), ("grammar", grammar or None), ("json_schema", json_schema))
+             if v is not None]
     if len(given) > 1:
         raise PlanError(f"give one of {', '.join(given)}: each constrains the same answer", given[1])
     if grammar:
@@ -131,7 +136,7 @@ def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_
             final = as_grammar(grammar)
         except ConstraintError as e:
             raise PlanError(str(e), "grammar") from None
-    if json_schema:
+    if json_schema is not None:
         try:
             final = schema_grammar(json_schema, "json_schema")
         except ConstraintError as e:
@@ -139,7 +144,9 @@ def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_
     strict = {fn["name"]: arguments_grammar(fn, object_arguments)
               for fn in map(_function, rendered or []) if fn is not None}
     prefix = forced_call_header(tok, forced) if forced else list(prefill or [])
-    constrained = final is not None or required or reasoning_budget is not None or \
+    # tool_choice "none" with tools: no call, not even to a tool the history's calls name
+    no_calls = tool_choice == "none" and bool(tool_names(tools))
+    constrained = final is not None or required or reasoning_budget is not None or no_calls or \
         any(g is not None for g in strict.values())
     if not constrained:
         return ReplyPlan(rendered, prefix)
@@ -176,19 +183,27 @@ def arguments_grammar(fn: dict, objects: bool) -> str | None:
         return any_json_object()
 
 
-def raw_constraint(tok, grammar: str | None = None, json_schema=None, schema_param: str = "json_schema") -> Free | None:
+def raw_constraint(tok, grammar: str | None = None, json_schema=None, schema_param: str = "json_schema",
+                   response_format=None) -> Free | None:
     """A raw completion's constraint, from its first token: a grammar (GBNF
-    or Lark text, or one goosedump.structured built) or a JSON schema (the
-    request's field schema_param: errors name it)."""
-    if grammar and json_schema:
+    or Lark text, or one goosedump.structured built), a JSON schema (the
+    request's field schema_param: errors name it) or an OpenAI
+    response_format (as vLLM reads it on /v1/completions)."""
+    if grammar and json_schema is not None:
         raise PlanError(f"give grammar or {schema_param}, not both", schema_param)
+    final = format_grammar(response_format) if response_format is not None else None
+    if final is not None:
+        if grammar or json_schema is not None:
+            raise PlanError("give one of response_format, grammar, json_schema: each constrains the same text",
+                            "response_format")
+        return Free(tok, final)
     try:
         if grammar:
             return Free(tok, as_grammar(grammar))
-        if json_schema:
+        if json_schema is not None:         # ({} too: any JSON value)
             return Free(tok, schema_grammar(json_schema, schema_param))
     except PlanError:
         raise
     except ConstraintError as e:
-        raise PlanError(str(e), schema_param if json_schema else "grammar") from None
+        raise PlanError(str(e), schema_param if json_schema is not None else "grammar") from None
     return None

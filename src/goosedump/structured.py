@@ -17,6 +17,7 @@ built once per tokenizer and kept.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,7 +114,7 @@ def text_grammar(text: str, kind: str = "auto", where: str = "grammar") -> str:
     try:
         if kind == "gbnf":
             from llguidance.gbnf_to_lark import gbnf_to_lark
-            lark = gbnf_to_lark(text)
+            lark = gbnf_to_lark(_unicode_escapes(text, where))
         elif kind == "regex":
             return _checked(llg.LLMatcher.grammar_from_regex(text), where)
         elif kind == "lark":
@@ -125,6 +126,23 @@ def text_grammar(text: str, kind: str = "auto", where: str = "grammar") -> str:
     except Exception as e:      # the converter's own error names the line
         raise ConstraintError(f"{where} is not valid {kind.upper()}: {e}") from None
     return _checked(llg.LLMatcher.grammar_from_lark(lark), where)
+
+
+_ESCAPE = re.compile(r"(\\\\)|\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
+
+
+def _unicode_escapes(text: str, where: str) -> str:
+    """GBNF's \\uXXXX and \\UXXXXXXXX as llama.cpp reads them: llguidance's
+    converter strips the leading zeros of the hex digits and reads on (\\u0041BC
+    became U+41BC), so they become \\xHH below 256 and the character itself above."""
+    def one(m):
+        if m[1]:
+            return m[1]
+        c = int(m[2] or m[3], 16)
+        if 0xD800 <= c <= 0xDFFF or c > 0x10FFFF:
+            raise ConstraintError(f"{where}: {m[0]} is not a character (a surrogate or past U+10FFFF)")
+        return f"\\x{c:02x}" if c < 0x100 else chr(c)
+    return _ESCAPE.sub(one, text)
 
 
 def as_grammar(text: str, where: str = "grammar") -> str:

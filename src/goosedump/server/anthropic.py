@@ -57,9 +57,11 @@ def render(server, body: MessagesBody):
     effort, budget, show = reasoning(body)
     if body.reasoning_budget is None:
         body.reasoning_budget = budget
+    fmt, where = (body.output_config or {}).get("format"), "output_config.format"
+    if fmt is None and body.output_format is not None:
+        fmt, where = body.output_format, "output_format"
     prompt, plan = server.render(chat_messages(body), function_tools(body.tools), tool_choice(body.tool_choice),
-                                 effort, "messages", body, (body.output_config or {}).get("format"),
-                                 "output_config.format", object_arguments=True, prefill=True)
+                                 effort, "messages", body, fmt, where, object_arguments=True, prefill=True)
     return prompt, plan, show
 
 

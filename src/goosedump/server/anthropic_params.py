@@ -22,6 +22,7 @@ class MessagesBody(Fields):
     tool_choice: Union[dict[str, Any], None] = None
     thinking: Union[dict[str, Any], None] = None
     output_config: Union[dict[str, Any], None] = None
+    output_format: Union[dict[str, Any], None] = None   # the structured-outputs beta's place for the format
     metadata: Union[dict[str, Any], None] = None
     reasoning_budget: Union[int, None] = None      # goosedump's, as on /v1/chat/completions
 
@@ -133,8 +134,11 @@ def function_tools(tools: list[dict] | None) -> list[dict] | None:
             kind = t.get("type") if isinstance(t, dict) else type(t).__name__
             raise bad_request(f"tools[{k}]: only client tools ({{name, description, input_schema}}) are supported, "
                               f"got {kind!r}", param="tools")
-        out.append({"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
-                                                     "parameters": t.get("input_schema") or {"type": "object"}}})
+        fn = {"name": t["name"], "description": t.get("description", ""),
+              "parameters": t.get("input_schema") or {"type": "object"}}
+        if "strict" in t:              # (a strict tool's arguments follow its schema, as on OpenAI's routes)
+            fn["strict"] = t["strict"]
+        out.append({"type": "function", "function": fn})
     return out or None
 
 

@@ -101,7 +101,8 @@ class TextChoice:
     def __init__(self, server, body: CompletionBody, ids: list[int], limit: int, first: bool,
                  score_only: bool = False, ranked: bool = False):
         try:
-            constraint = raw_constraint(server.tok, body.grammar, body.json_schema)   # each its own state
+            constraint = raw_constraint(server.tok, body.grammar, body.json_schema,   # each its own state
+                                        response_format=body.response_format)
         except PlanError as e:
             raise bad_request(str(e), param=e.param) from None
         self.echo = Echo(server.tok, ids) if body.echo else None

@@ -208,7 +208,8 @@ class _Response:
                "previous_response_id": None, "reasoning": {"effort": self.effort, "summary": None},
                "temperature": body.temperature if body.temperature is not None else 1.0,
                "top_p": body.top_p if body.top_p is not None else 1.0,
-               "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
+               "text": {"format": (body.text if isinstance(body.text, dict) else {}).get("format") or {"type": "text"}},
+               "tool_choice": body.tool_choice or "auto",
                "tools": body.tools or [], "truncation": "disabled", "store": False, "usage": None,
                "top_logprobs": body.top_logprobs}
         if r is not None:

@@ -76,6 +76,7 @@ class CompletionBody(Fields):
     suffix: Union[str, None] = None
     best_of: Union[int, None] = None
     logprobs: Union[int, None] = None
+    response_format: Union[dict[str, Any], None] = None     # as vLLM reads it here: the text's format
 
 
 class ResponsesBody(Fields):
