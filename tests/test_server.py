@@ -657,3 +657,33 @@ def test_metrics_count_requests_and_tokens(server, client):
                  "goosedump_queue_length", "goosedump_active_requests", "goosedump_busy_seconds_total"):
         assert name in after
     assert after["goosedump_queue_length"] == 0 and after["goosedump_active_requests"] == 0
+
+
+def test_responses_echo_effort_state_and_the_engines_own_stops(server, tiny_model):
+    """The Responses object validates as the SDK's Response whatever ended it
+    (an engine stop such as time_budget is no API reason: null, goosedump's
+    beside it); it echoes what was applied; conversation (stored state) and
+    efforts gpt-oss lacks are refused by name; a request error mid-stream is
+    an error event and response.failed with invalid_prompt, not server_error."""
+    from openai.types.responses import Response as SDKResponse
+    base = {"model": MODEL, "input": "Hi", "max_output_tokens": 40, "temperature": 0.5, "top_p": 0.9}
+    out = post(server, "/v1/responses", {**base, "time_budget": 1e-6, "parallel_tool_calls": False,
+                                         "reasoning": {"effort": "low", "summary": "auto"}}).json()
+    SDKResponse.model_validate(out)
+    assert out["status"] == "incomplete" and out["incomplete_details"] == {"reason": None,
+                                                                          "goosedump_reason": "time_budget"}
+    assert (out["parallel_tool_calls"], out["temperature"], out["top_p"]) == (False, 0.5, 0.9)
+    assert out["reasoning"] == {"effort": "low", "summary": "auto"}
+    for body, param in (({"conversation": "conv_1"}, "conversation"), ({"reasoning": {"effort": "minimal"}},
+                                                                       "reasoning")):
+        r = post(server, "/v1/responses", {**base, **body})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    q, = tiny_model.tokenizer.encode("q")
+    raw = ('{"input": "Hi", "max_output_tokens": 8, "stream": true, "reasoning_budget": 0, '
+           f'"grammar": "root ::= \\"q\\"", "logit_bias": {{"{q}": -Infinity}}}}')
+    with httpx.stream("POST", server + "/v1/responses", content=raw, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as r:
+        events = [json.loads(ln[len("data: "):]) for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"], events[-3:]
+    assert "no token is left to choose" in events[-2]["message"]
+    assert events[-1]["response"]["error"]["code"] == "invalid_prompt"

@@ -31,20 +31,23 @@ SERVE_SUMMARY = """endpoints (OpenAI's shapes and errors):
   POST /v1/chat/completions       messages, tools (strict: true constrains the arguments), tool_choice,
                                   response_format (json_schema, json_object), reasoning_effort, stream,
                                   stream_options, max_tokens / max_completion_tokens, temperature, top_p,
-                                  top_k, min_p, seed, stop, logit_bias, presence/frequency/repetition_penalty;
-                                  llama.cpp's grammar and json_schema; reasoning_budget; n (up to 8 choices)
+                                  top_k, min_p, seed, stop, logit_bias, presence/frequency/repetition_penalty,
+                                  repeat_last_n, temperature_last; llama.cpp's grammar and json_schema;
+                                  reasoning_budget; n (up to 8 choices)
   POST /v1/completions            prompt (text or token ids, or a batch of them), the same sampling fields, n,
-                                  grammar, json_schema, echo with logprobs (the prompt's tokens scored, as
-                                  evaluation harnesses ask)
+                                  grammar, json_schema, response_format, echo with logprobs (the prompt's
+                                  tokens scored, as evaluation harnesses ask)
   POST /v1/responses              input, instructions, tools, text.format, reasoning.effort,
                                   max_output_tokens, stream
   POST /v1/responses/input_tokens, /v1/chat/completions/input_tokens   the prompt's tokens, counted
   GET  /health, GET /metrics      liveness; Prometheus counters (per replica)
-  POST /completion                llama.cpp's own: prompt, n_predict, its sampling names, grammar, n_probs
+  POST /completion                llama.cpp's own: prompt, n_predict, its sampling names and samplers order,
+                                  grammar, json_schema, n_probs
   POST /tokenize, /detokenize, /apply-template; GET /props   llama.cpp's token and template routes
 ollama's API beside it (ollama's shapes and errors; newline-delimited JSON streams by default):
   POST /api/chat, /api/generate   messages, tools, format, think, options (temperature, top_p, top_k, min_p,
-                                  seed, num_predict, stop, repeat/presence/frequency_penalty), stream
+                                  seed, num_predict, stop, repeat/presence/frequency_penalty, repeat_last_n),
+                                  stream
   GET  /api/tags, /api/ps, /api/version; POST /api/show
 Anthropic's Messages API beside them (Anthropic's shapes, events and errors):
   POST /v1/messages               messages (text, thinking, tool_use, tool_result blocks), system, max_tokens,

@@ -13,6 +13,7 @@ import re
 import sys
 import time
 
+from .limits import MAX_FLAG_FILE
 from .terminal import ReplyPrinter, print_cache, print_profile, print_reply, print_timings
 
 
@@ -229,8 +230,6 @@ def write_profile(path: str, model, profile: dict) -> None:
 
 
 # --- run -------------------------------------------------------------------------
-
-MAX_FLAG_FILE = 64 << 20   # a prompt, schema or grammar file is read whole: far past any context's text
 
 
 def read_text(f, said: str, hint: str = "") -> str:

@@ -9,7 +9,7 @@ import sys
 import time
 
 from .chat import TOKENS_KEY, ChatError, _text
-from .commands import MAX_FLAG_FILE
+from .limits import MAX_FLAG_FILE
 from .result import ContextOverflowError
 from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply, print_timings
 

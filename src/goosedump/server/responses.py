@@ -11,6 +11,7 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
+from ..harmony import REASONING_EFFORTS
 from ..logprobs import ContentLogprobs
 from ..reply import Item, ReplyStream
 from .bridge import EventStream, Submitted
@@ -191,12 +192,19 @@ class _Response:
         self.lps = lps
         self.id, self.created = response_id("resp_")
 
+    def sampling(self, field: str, default: float) -> float:
+        v = getattr(self.body, field)
+        return v if v is not None else self.server.defaults.sampling.get(field, default)
+
     def status(self) -> tuple[str, dict | None]:
         """(status, incomplete_details) of a finished response."""
         reason = finish_reason(self.sub.gen.result.stop_reason, self.reply.stopped)
         if reason == "stop":
             return "completed", None
-        return "incomplete", {"reason": "max_output_tokens" if reason == "length" else reason}
+        if reason == "length":
+            return "incomplete", {"reason": "max_output_tokens"}
+        # the engine's own stops (repetition, time_budget, shutdown) are none of the API's reasons
+        return "incomplete", {"reason": None, "goosedump_reason": reason}
 
     def object(self, final: bool = True) -> dict:
         body, r = self.body, self.sub.gen.result if final else None
@@ -204,10 +212,12 @@ class _Response:
         out = {"id": self.id, "object": "response", "created_at": self.created, "status": status,
                "model": self.server.name, "output": [], "error": None, "incomplete_details": incomplete,
                "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
-               "metadata": body.metadata or {}, "parallel_tool_calls": True,
-               "previous_response_id": None, "reasoning": {"effort": self.effort, "summary": None},
-               "temperature": body.temperature if body.temperature is not None else 1.0,
-               "top_p": body.top_p if body.top_p is not None else 1.0,
+               "metadata": body.metadata or {},
+               "parallel_tool_calls": body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
+               "previous_response_id": None,
+               "reasoning": {"effort": self.effort, "summary": (body.reasoning or {}).get("summary")},
+               # what was applied: the request's, else serve's defaults, else the engine's
+               "temperature": self.sampling("temperature", 1.0), "top_p": self.sampling("top_p", 1.0),
                "text": {"format": (body.text if isinstance(body.text, dict) else {}).get("format") or {"type": "text"}},
                "tool_choice": body.tool_choice or "auto",
                "tools": body.tools or [], "truncation": "disabled", "store": False, "usage": None,
@@ -246,7 +256,11 @@ class _Response:
             yield ev.sse(kind, response=final)
         except Exception as e:
             failed = self.object(final=False)
-            failed.update(status="failed", error={"code": "server_error", "message": f"generation failed: {e}"})
+            if isinstance(e, APIError):      # the request's own doing (no token left to choose)
+                yield ev.sse("error", code=e.code, message=e.message, param=e.param)
+                failed.update(status="failed", error={"code": "invalid_prompt", "message": e.message})
+            else:
+                failed.update(status="failed", error={"code": "server_error", "message": f"generation failed: {e}"})
             yield ev.sse("response.failed", response=failed)
 
 
@@ -261,6 +275,9 @@ def render(server, body: ResponsesBody):
     """(prompt ids, the reply's plan, the reasoning effort) of a Responses
     API body (here and in its token count)."""
     effort = (body.reasoning or {}).get("effort") or server.template(body).effort or "medium"
+    if effort not in REASONING_EFFORTS:
+        raise bad_request(f"reasoning.effort must be one of {', '.join(REASONING_EFFORTS)} (gpt-oss's), got "
+                          f"{effort!r}", param="reasoning")
     messages, sources = responses_messages(body)
     try:
         prompt, plan = server.render(messages, body.tools, body.tool_choice, effort, "input", body,
@@ -273,9 +290,10 @@ def render(server, body: ResponsesBody):
 async def handle(server, body: ResponsesBody, request: Request):
     server.check_model(body.model)
     check_common(body)
-    if body.previous_response_id:
-        raise bad_request("previous_response_id is not supported: this server keeps no state; send the "
-                          "whole conversation in 'input'", param="previous_response_id")
+    for field in ("previous_response_id", "conversation"):
+        if getattr(body, field):
+            raise bad_request(f"{field} is not supported: this server keeps no state; send the whole "
+                              "conversation in 'input'", param=field)
     prompt, plan, effort = render(server, body)
     n = server.limit(body.max_output_tokens, len(prompt), "max_output_tokens", "input")
     n_top = logprobs_asked(body)

@@ -92,6 +92,8 @@ class ResponsesBody(Fields):
     metadata: Union[dict[str, Any], None] = None
     include: Union[list[str], None] = None
     top_logprobs: Union[int, None] = None
+    parallel_tool_calls: Union[bool, None] = None
+    conversation: Union[str, dict[str, Any], None] = None
 
 
 # --- the OpenAPI description (/openapi.json): the bodies above, the replies'
