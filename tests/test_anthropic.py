@@ -105,6 +105,7 @@ def test_thinking_and_tool_use_blocks_whole_and_streamed(tiny_model):
     assert "\n".join(b["thinking"] for b in whole["content"][:2]) == turn.reasoning
     assert whole["content"][2]["text"] == turn.content == "Checking."
     assert whole["content"][3]["input"] == json.loads(turn.tool_calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    assert whole["content"][3]["id"] == "toolu_" + turn.tool_calls[0]["id"].removeprefix("call_")
     assert whole["stop_reason"] == "tool_use"
     assert whole["usage"] == {"input_tokens": 30, "output_tokens": len(ids), "cache_read_input_tokens": 20,
                               "cache_creation_input_tokens": 0}
@@ -186,3 +187,35 @@ def test_the_api_key_in_either_header(server):
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
     r = httpx.post(server + "/v1/messages", json=body, headers={"x-api-key": "wrong"}, timeout=60)
     assert r.status_code == 401
+
+
+def test_max_tokens_past_the_context_engine_stops_and_stream_usage(api, server, tiny_model):
+    """A max_tokens past the context (Claude Code sends 32000) is served to
+    the context's end: model_context_window_exceeded (it had been a 400); an
+    engine stop is one of the API's reasons, named beside (the SDK refused
+    "time_budget"); message_start's usage splits the prompt as the final
+    one does; a request error mid-stream keeps its type."""
+    from test_server import CTX
+    m = api.messages.create(model=MODEL, max_tokens=32000, messages=USER,
+                            extra_body={"reasoning_budget": 0, "temperature": 0})
+    assert m.stop_reason == "model_context_window_exceeded", m.stop_reason     # (greedy: no end token here)
+    assert m.usage.input_tokens + m.usage.cache_read_input_tokens + m.usage.output_tokens == CTX
+    timed = post(server, "/v1/messages", {"model": MODEL, "max_tokens": 50, "messages": USER,
+                                          "time_budget": 1e-6}).json()
+    AnthropicMessage.model_validate(timed)
+    assert (timed["stop_reason"], timed["goosedump_stop_reason"]) == ("max_tokens", "time_budget")
+    body = {"model": MODEL, "max_tokens": 8, "messages": USER, "temperature": 0, "stream": True}
+    with httpx.stream("POST", server + "/v1/messages", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}"}) as r:
+        events = [json.loads(ln[len("data: "):]) for ln in r.iter_lines() if ln.startswith("data: ")]
+    start, delta = events[0]["message"]["usage"], next(e for e in events if e["type"] == "message_delta")["usage"]
+    assert (start["input_tokens"], start["cache_read_input_tokens"]) == \
+        (delta["input_tokens"], delta["cache_read_input_tokens"])
+    assert start["input_tokens"] + start["cache_read_input_tokens"] > 0
+    q, = tiny_model.tokenizer.encode("q")
+    raw = ('{"max_tokens": 8, "stream": true, "reasoning_budget": 0, "messages": [{"role": "user", '
+           f'"content": "Hi"}}], "grammar": "root ::= \\"q\\"", "logit_bias": {{"{q}": -Infinity}}}}')
+    with httpx.stream("POST", server + "/v1/messages", content=raw, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as r:
+        events = [json.loads(ln[len("data: "):]) for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert events[-1]["type"] == "error" and events[-1]["error"]["type"] == "invalid_request_error", events[-1]

@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from ..reply import ReplyStream, call_arguments, new_id
 from .anthropic_params import CountBody, MessagesBody, chat_messages, function_tools, reasoning, tool_choice
 from .bridge import EventStream, Submitted
-from .errors import bad_request
+from .errors import ANTHROPIC_TYPES, APIError, bad_request
 from .params import check_common
 from .schemas import openapi_extra
 
@@ -73,11 +73,16 @@ async def handle(server, body: MessagesBody, request: Request):
         raise bad_request("stop_sequences must be non-empty strings", param="stop_sequences")
     prompt, plan, show = render(server, body)
     n = server.limit(body.max_tokens, len(prompt), "max_tokens", "messages")
-    sub = server.submit(prompt, n, body, "max_tokens", "messages", plan.gate(server.tok))
+    # Anthropic's API serves a max_tokens past the context (clients send 32000 and more) and stops
+    # where the context is full, saying so; only a prompt that leaves no room is refused
+    room = server.model.n_ctx - len(prompt)
+    clamped = 1 <= room < n
+    sub = server.submit(prompt, min(n, room) if clamped else n, body, "max_tokens", "messages",
+                        plan.gate(server.tok))
     reply = ReplyStream(server.tok, stops, plan.prefix)
-    msg = Message(server.name, show)
+    msg = Message(server.name, show, clamped)
     if body.stream:
-        return EventStream(with_error_event(msg.stream(server, sub, reply, len(prompt))), sub.gen)
+        return EventStream(with_error_event(msg.stream(server, sub, reply)), sub.gen)
     await server.run_reply(sub, reply, request)
     if sub.gen.result is None:       # the client went away
         return Response(status_code=499)
@@ -90,21 +95,32 @@ def usage(r) -> dict:
             "cache_read_input_tokens": r.cached_tokens, "cache_creation_input_tokens": 0}
 
 
-def stop_reason(r, reply: ReplyStream) -> tuple[str, str | None]:
-    """(stop_reason, stop_sequence); the engine's own stops (repetition,
-    time_budget) keep their names, as on /v1."""
+# the engine's own stops as the API's stop reasons (its name goes beside, as goosedump_stop_reason)
+ENGINE_STOPS = {"time_budget": "max_tokens", "repetition": "end_turn", "shutdown": "end_turn"}
+
+
+def stop_reason(r, reply: ReplyStream, clamped: bool = False) -> tuple[str, str | None, str | None]:
+    """(stop_reason, stop_sequence, the engine's own stop where it is none
+    of the API's reasons); clamped: the limit was the context's room, not
+    max_tokens."""
     if reply.stopped:
-        return "stop_sequence", reply.stop.matched
+        return "stop_sequence", reply.stop.matched, None
     if r.stop_reason in ("eos", "stop"):
-        return ("tool_use" if reply.tool_calls else "end_turn"), None
-    return ("max_tokens" if r.stop_reason == "max_tokens" else r.stop_reason), None
+        return ("tool_use" if reply.tool_calls else "end_turn"), None, None
+    if r.stop_reason == "max_tokens":
+        return ("model_context_window_exceeded" if clamped else "max_tokens"), None, None
+    return ENGINE_STOPS.get(r.stop_reason, "end_turn"), None, r.stop_reason
+
+
+def stop_fields(why: str, seq: str | None, engine: str | None) -> dict:
+    return {"stop_reason": why, "stop_sequence": seq, **({"goosedump_stop_reason": engine} if engine else {})}
 
 
 class Message:
     """One reply as Anthropic's message, whole or as its stream's events."""
 
-    def __init__(self, model: str, show_thinking: bool):
-        self.id, self.model, self.show = new_id("msg_"), model, show_thinking
+    def __init__(self, model: str, show_thinking: bool, clamped: bool = False):
+        self.id, self.model, self.show, self.clamped = new_id("msg_"), model, show_thinking, clamped
 
     def head(self) -> dict:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model}
@@ -116,12 +132,13 @@ class Message:
         if item.kind == "content":
             return {"type": "text", "text": item.text if whole else ""}
         args = call_arguments(item) if whole else {}
-        return None if args is None else {"type": "tool_use", "id": item.call_id, "name": item.name, "input": args}
+        return None if args is None else {"type": "tool_use", "id": tool_use_id(item), "name": item.name,
+                                          "input": args}
 
     def whole(self, reply: ReplyStream, r) -> dict:
         blocks = [b for b in (self.block(i, True) for i in reply.items) if b is not None]
-        why, seq = stop_reason(r, reply)
-        return {**self.head(), "content": blocks, "stop_reason": why, "stop_sequence": seq, "usage": usage(r)}
+        return {**self.head(), "content": blocks, **stop_fields(*stop_reason(r, reply, self.clamped)),
+                "usage": usage(r)}
 
     def deltas(self, events, index: dict) -> list[str]:
         out = []
@@ -140,25 +157,38 @@ class Message:
                 out.append(event("content_block_stop", {"type": "content_block_stop", "index": index[item.id]}))
         return out
 
-    async def stream(self, server, sub: Submitted, reply: ReplyStream, n_prompt: int) -> AsyncIterator[str]:
-        yield event("message_start", {"type": "message_start", "message": {
-            **self.head(), "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": n_prompt, "output_tokens": 0}}})
-        yield event("ping", {"type": "ping"})
+    def start(self, gen) -> list[str]:
+        """message_start and a ping, once the prompt is read: its usage splits
+        the prompt as the final usage does (input and cache_read)."""
+        cached = gen.cached or 0
+        return [event("message_start", {"type": "message_start", "message": {
+                    **self.head(), "content": [], "stop_reason": None, "stop_sequence": None,
+                    "usage": {"input_tokens": len(gen.prompt) - cached, "output_tokens": 0,
+                              "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}}}),
+                event("ping", {"type": "ping"})]
+
+    async def stream(self, server, sub: Submitted, reply: ReplyStream) -> AsyncIterator[str]:
         index: dict = {}
+        started = False
         async with sub.events() as stream:
             async for token, _ in stream:
+                if not started:
+                    started = True
+                    for s in self.start(sub.gen):
+                        yield s
                 if token is not None:
                     for s in self.deltas(server.feed(sub, reply, token), index):
                         yield s
         r = sub.gen.result
         if r is None:
             return
+        if not started:
+            for s in self.start(sub.gen):
+                yield s
         for s in self.deltas(reply.close(), index):
             yield s
-        why, seq = stop_reason(r, reply)
-        yield event("message_delta", {"type": "message_delta", "delta": {"stop_reason": why, "stop_sequence": seq},
-                                      "usage": usage(r)})
+        yield event("message_delta", {"type": "message_delta",
+                                      "delta": stop_fields(*stop_reason(r, reply, self.clamped)), "usage": usage(r)})
         yield event("message_stop", {"type": "message_stop"})
 
 
@@ -168,5 +198,13 @@ async def with_error_event(body: AsyncIterator[str]) -> AsyncIterator[str]:
     try:
         async for s in body:
             yield s
+    except APIError as e:           # the request's own doing (no token left to choose): its type, as unstreamed
+        kind = ANTHROPIC_TYPES.get(e.status, "api_error" if e.status >= 500 else "invalid_request_error")
+        yield event("error", {"type": "error", "error": {"type": kind, "message": e.message}})
     except Exception as e:
         yield event("error", {"type": "error", "error": {"type": "api_error", "message": f"generation failed: {e}"}})
+
+
+def tool_use_id(item) -> str:
+    """A call's id as Anthropic's API names them (toolu_...), the same in the stream and the whole reply."""
+    return "toolu_" + item.call_id.removeprefix("call_")
