@@ -19,7 +19,8 @@ from goosedump.reply_plan import PlanError, arguments_grammar
 from goosedump.server.anthropic import Message
 from goosedump.server.anthropic_params import MessagesBody, chat_messages, function_tools
 from goosedump.structured import any_json_object
-from test_server import HARMONY_REPLY, KEY, MODEL, USER, WEATHER, client, feed_all, httpx, post, server  # noqa: F401
+from test_server import (HARMONY_REPLY, KEY, MODEL, USER, WEATHER, client, feed_all, httpx,  # noqa: F401
+                         no_token_left_stream, post, server)
 
 TOOL = {"name": "get_weather", "description": "Gets the weather in a city.",
         "input_schema": WEATHER["function"]["parameters"]}
@@ -212,10 +213,6 @@ def test_max_tokens_past_the_context_engine_stops_and_stream_usage(api, server, 
     assert (start["input_tokens"], start["cache_read_input_tokens"]) == \
         (delta["input_tokens"], delta["cache_read_input_tokens"])
     assert start["input_tokens"] + start["cache_read_input_tokens"] > 0
-    q, = tiny_model.tokenizer.encode("q")
-    raw = ('{"max_tokens": 8, "stream": true, "reasoning_budget": 0, "messages": [{"role": "user", '
-           f'"content": "Hi"}}], "grammar": "root ::= \\"q\\"", "logit_bias": {{"{q}": -Infinity}}}}')
-    with httpx.stream("POST", server + "/v1/messages", content=raw, timeout=60,
-                      headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as r:
-        events = [json.loads(ln[len("data: "):]) for ln in r.iter_lines() if ln.startswith("data: ")]
+    events = no_token_left_stream(server, "/v1/messages", tiny_model.tokenizer,
+                                  {"max_tokens": 8, "reasoning_budget": 0, "messages": USER})
     assert events[-1]["type"] == "error" and events[-1]["error"]["type"] == "invalid_request_error", events[-1]

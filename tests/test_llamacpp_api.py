@@ -9,7 +9,7 @@ import json
 import pytest
 
 from goosedump.sampling import SamplingParams
-from test_server import KEY, MODEL, client, httpx, post, server  # noqa: F401 (fixtures)
+from test_server import KEY, MODEL, client, httpx, no_token_left_stream, post, server  # noqa: F401 (fixtures)
 
 PROMPT = "Once upon a time"
 BODY = {"prompt": PROMPT, "n_predict": 16, "seed": 9, "temperature": 0.8, "top_k": 50, "return_tokens": True}
@@ -147,11 +147,6 @@ def test_no_token_left_is_a_400(server, tiny_model):
     assert "no token is left to choose" in json.dumps(events[-1])
     assert post(server, "/completion", {"prompt": PROMPT, "n_predict": 2}).status_code == 200   # the server goes on
     # an OpenAI stream (a -Infinity bias, as Python's JSON reads it): the request's error, not the server's
-    q, = tiny_model.tokenizer.encode("q")
-    raw = ('{"prompt": "Once", "max_tokens": 3, "stream": true, "grammar": "root ::= \\"q\\"", '
-           f'"logit_bias": {{"{q}": -Infinity}}}}')
-    with httpx.stream("POST", server + "/v1/completions", content=raw, timeout=60,
-                      headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as r:
-        lines = [ln[len("data: "):] for ln in r.iter_lines() if ln.startswith("data: ")]
-    error = json.loads(lines[-2])["error"]
-    assert error["type"] == "invalid_request_error" and "no token is left to choose" in error["message"], lines
+    events = no_token_left_stream(server, "/v1/completions", tiny_model.tokenizer, {"prompt": "Once", "max_tokens": 3})
+    error = events[-1]["error"]
+    assert error["type"] == "invalid_request_error" and "no token is left to choose" in error["message"], events

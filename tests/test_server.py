@@ -659,6 +659,17 @@ def test_metrics_count_requests_and_tokens(server, client):
     assert after["goosedump_queue_length"] == 0 and after["goosedump_active_requests"] == 0
 
 
+def no_token_left_stream(server, path, tok, fields: dict) -> list:
+    """The data events of a stream whose grammar's one token ("q") a
+    -Infinity bias bans (as Python's JSON reads it): no token is left."""
+    q, = tok.encode("q")
+    body = json.dumps({**fields, "stream": True, "grammar": 'root ::= "q"', "logit_bias": {str(q): float("-inf")}})
+    with httpx.stream("POST", server + path, content=body, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as r:
+        return [json.loads(ln[len("data: "):]) for ln in r.iter_lines()
+                if ln.startswith("data: ") and ln != "data: [DONE]"]
+
+
 def test_responses_echo_effort_state_and_the_engines_own_stops(server, tiny_model):
     """The Responses object validates as the SDK's Response whatever ended it
     (an engine stop such as time_budget is no API reason: null, goosedump's
@@ -678,12 +689,8 @@ def test_responses_echo_effort_state_and_the_engines_own_stops(server, tiny_mode
                                                                        "reasoning")):
         r = post(server, "/v1/responses", {**base, **body})
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
-    q, = tiny_model.tokenizer.encode("q")
-    raw = ('{"input": "Hi", "max_output_tokens": 8, "stream": true, "reasoning_budget": 0, '
-           f'"grammar": "root ::= \\"q\\"", "logit_bias": {{"{q}": -Infinity}}}}')
-    with httpx.stream("POST", server + "/v1/responses", content=raw, timeout=60,
-                      headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as r:
-        events = [json.loads(ln[len("data: "):]) for ln in r.iter_lines() if ln.startswith("data: ")]
+    events = no_token_left_stream(server, "/v1/responses", tiny_model.tokenizer,
+                                  {"input": "Hi", "max_output_tokens": 8, "reasoning_budget": 0})
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"], events[-3:]
     assert "no token is left to choose" in events[-2]["message"]
     assert events[-1]["response"]["error"]["code"] == "invalid_prompt"
