@@ -363,3 +363,72 @@ def test_reply_splits_channels_and_tool_calls(tiny_model):
             {"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": "sunny"}]
     text = tiny_model.tokenizer.decode(tiny_model.render_chat(msgs, tools=[WEATHER], date=DATE))
     assert "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|>" in text
+
+
+# The format guide's structured-output example (openai/harmony docs/format.md,
+# "Structured output"): the developer message as the model was trained on it.
+GUIDE_SCHEMA = {"properties": {"items": {"type": "array", "description": "entries on the shopping list",
+                                         "items": {"type": "string"}}}, "type": "object"}
+GUIDE_DEVELOPER = ('<|start|>developer<|message|># Instructions\n\nYou are a helpful shopping assistant\n\n'
+                   '# Response Formats\n\n## shopping_list\n\n{"properties":{"items":{"type":"array","description":'
+                   '"entries on the shopping list","items":{"type":"string"}}},"type":"object"}<|end|>')
+
+
+def developer_message(enc, ids) -> str:
+    text = enc.decode(ids)
+    start = text.index("<|start|>developer")
+    return text[start:text.index("<|end|>", start) + len("<|end|>")]
+
+
+def test_response_format_is_rendered_as_the_format_guide_writes_it(tiny_model):
+    """A json_schema response format is named at the developer message's end
+    ("# Response Formats"), as harmony's guide gives it: the text equals the
+    guide's example, the ids equal openai-harmony's render of that text as
+    instructions (it has no response-format field of its own), and the
+    sampler still enforces the schema (test_structured)."""
+    from goosedump.reply_plan import plan_reply
+    enc = harmony_encoding()
+    messages = [{"role": "system", "content": "You are a helpful shopping assistant"},
+                {"role": "user", "content": "I need to buy coffee, soda and eggs"}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "shopping_list", "schema": GUIDE_SCHEMA}}
+    plan = plan_reply(tiny_model.tokenizer, response_format=fmt)
+    ours = tiny_model.render_chat(messages, date=DATE, response_format=plan.response_format)
+    assert developer_message(enc, ours) == GUIDE_DEVELOPER
+    text = GUIDE_DEVELOPER[len("<|start|>developer<|message|># Instructions\n\n"):-len("<|end|>")]
+    ref = enc.render_conversation_for_completion(Conversation.from_messages([
+        Message.from_role_and_content(Role.SYSTEM, SystemContent.new().with_conversation_start_date(DATE)),
+        Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new().with_instructions(text)),
+        Message.from_role_and_content(Role.USER, messages[1]["content"])]), Role.ASSISTANT)
+    assert ours == ref
+    # the same through Model.chat_stream (run -j, the chat REPL) and llama.cpp's json_schema field
+    for kwargs in ({"response_format": fmt}, {"json_schema": GUIDE_SCHEMA}):
+        stream = tiny_model.chat_stream(messages, max_tokens=1, date=DATE, **kwargs)
+        list(stream)
+        expected = GUIDE_DEVELOPER if "response_format" in kwargs else \
+            GUIDE_DEVELOPER.replace("## shopping_list", "## response")
+        assert developer_message(enc, stream.result.prompt_token_ids) == expected
+
+
+def test_response_format_follows_the_tools_and_makes_a_developer_message(tiny_model):
+    """With tools the format comes last ("at the end of the developer
+    message"); a description is a // comment line; with no instructions or
+    tools the format alone makes the developer message; JSON mode and
+    grammars have no schema to name."""
+    from goosedump.reply_plan import plan_reply
+    enc = harmony_encoding()
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "count", "description": "How many.\nA whole number.",
+                                                  "schema": schema}}
+    user = [{"role": "user", "content": "How many?"}]
+    plan = plan_reply(tiny_model.tokenizer, tools=[WEATHER], response_format=fmt)
+    dev = developer_message(enc, tiny_model.render_chat(user, tools=plan.tools, response_format=plan.response_format))
+    assert dev.endswith('} // namespace functions\n\n# Response Formats\n\n## count\n\n// How many.\n'
+                        '// A whole number.\n{"type":"object","properties":{"n":{"type":"integer"}}}<|end|>'), dev
+    flat = {"type": "json_schema", "name": " two\nwords ", "schema": schema}     # the Responses API's shape
+    plan = plan_reply(tiny_model.tokenizer, response_format=flat)
+    dev = developer_message(enc, tiny_model.render_chat(user, response_format=plan.response_format))
+    assert dev == ('<|start|>developer<|message|># Response Formats\n\n## two words\n\n'
+                   '{"type":"object","properties":{"n":{"type":"integer"}}}<|end|>')
+    for kwargs in ({"response_format": {"type": "json_object"}}, {"grammar": 'root ::= "yes"'}, {}):
+        assert plan_reply(tiny_model.tokenizer, **kwargs).response_format is None
+    assert "developer" not in enc.decode(tiny_model.render_chat(user))

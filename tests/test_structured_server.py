@@ -207,3 +207,47 @@ def test_tool_choice_none_forbids_calls_and_anthropic_strict_tools_hold(tiny_mod
     assert plan_reply(tok, [STRICT_TIME], "auto").spec.tools["get_time"] is not None
     tools = function_tools([{"name": "f", "strict": True, "input_schema": STRICT_TIME["function"]["parameters"]}])
     assert plan_reply(tok, tools, "auto").spec.tools["f"] is not None
+
+
+def test_every_route_names_the_answers_schema_in_the_prompt(server):
+    """The schema of every API's structured-output field is written into the
+    developer message as harmony's guide has it (test_chat checks the text
+    against the guide): Chat Completions' response_format (name and
+    description), llama.cpp's json_schema field, the Responses API's
+    text.format, Anthropic's output_format and output_config, ollama's
+    format. Each route's prompt equals /apply-template's for the same schema."""
+    system = "Answer as a person record."
+    chat = {"model": MODEL, "messages": [{"role": "system", "content": system}] + USER}
+
+    def chat_prompt(**fields) -> str:
+        return post(server, "/apply-template", dict(chat, **fields)).json()["prompt"]
+
+    def count(path, body) -> int:
+        r = post(server, path, body)
+        assert r.status_code == 200, r.text
+        return r.json()["input_tokens"]
+
+    named = chat_prompt(response_format={"type": "json_schema", "json_schema": {
+        "name": "person", "description": "One person.", "schema": PERSON}})
+    schema_text = json.dumps(PERSON, separators=(",", ":"))
+    assert (f"# Instructions\n\n{system}\n\n# Response Formats\n\n## person\n\n// One person.\n{schema_text}<|end|>"
+            in named)
+    unnamed = chat_prompt(json_schema=PERSON)
+    assert f"# Response Formats\n\n## response\n\n{schema_text}<|end|>" in unnamed
+    assert "# Response Formats" not in chat_prompt(response_format={"type": "json_object"})
+    n_named = count("/v1/chat/completions/input_tokens", dict(chat, response_format={
+        "type": "json_schema", "json_schema": {"name": "person", "description": "One person.", "schema": PERSON}}))
+    n_unnamed = count("/v1/chat/completions/input_tokens", dict(chat, json_schema=PERSON))
+    assert n_named > n_unnamed > count("/v1/chat/completions/input_tokens", chat)
+    assert count("/v1/responses/input_tokens", {"model": MODEL, "instructions": system, "input": USER[0]["content"],
+                                                "text": {"format": {"type": "json_schema", "name": "person",
+                                                                    "description": "One person.",
+                                                                    "schema": PERSON}}}) == n_named
+    anthropic = {"model": MODEL, "system": system, "messages": USER}
+    for field in ({"output_format": {"type": "json_schema", "schema": PERSON}},
+                  {"output_config": {"format": {"type": "json_schema", "schema": PERSON}}}):
+        assert count("/v1/messages/count_tokens", dict(anthropic, **field)) == n_unnamed
+    r = post(server, "/api/chat", {"model": MODEL, "messages": chat["messages"], "format": PERSON, "stream": False,
+                                   "options": {"num_predict": 1}})
+    assert r.status_code == 200, r.text
+    assert r.json()["prompt_eval_count"] == n_unnamed

@@ -133,6 +133,7 @@ class ChatOptions:
     date: str | None = None            # YYYY-MM-DD; None: today
     tools: list[Tool] = field(default_factory=list)
     model_identity: str | None = None  # the system message's first line; None: harmony's own
+    response_format: harmony.ResponseFormat | None = None   # the answer's schema, in the developer message
 
     def __post_init__(self):
         if self.reasoning_effort not in harmony.REASONING_EFFORTS:
@@ -180,9 +181,9 @@ def to_harmony(messages: Sequence[dict], opts: ChatOptions) -> list[Message]:
         SystemContent(reasoning_effort=opts.reasoning_effort, date=opts.date,
                       model_identity=opts.model_identity or harmony.MODEL_IDENTITY), bool(opts.tools)))
     head = [system]
-    if instructions or opts.tools:
+    if instructions or opts.tools or opts.response_format:
         head.append(Message("developer", harmony.developer_text(
-            "\n\n".join(instructions) if instructions else None, opts.tools)))
+            "\n\n".join(instructions) if instructions else None, opts.tools, opts.response_format)))
     return head + harmony.drop_finished_reasoning(body)
 
 
@@ -292,10 +293,13 @@ def render_template(template: str, messages: Sequence[dict], opts: ChatOptions, 
 
 def render_chat(tokenizer, template: str | None, messages: Sequence[dict], *, reasoning_effort: str = "medium",
                 tools: Sequence[dict] | None = None, date: str | None = None,
-                chat_format: str = "auto", model_identity: str | None = None) -> list[int]:
+                chat_format: str = "auto", model_identity: str | None = None,
+                response_format: harmony.ResponseFormat | None = None) -> list[int]:
     """Prompt tokens for a conversation, ending where the assistant speaks;
-    model_identity replaces the system message's "You are ChatGPT, ..."."""
-    opts = ChatOptions(reasoning_effort, date, parse_tools(tools), model_identity)
+    model_identity replaces the system message's "You are ChatGPT, ...";
+    response_format: the answer's schema, written where harmony says
+    (reply_plan.plan_reply gives it)."""
+    opts = ChatOptions(reasoning_effort, date, parse_tools(tools), model_identity, response_format)
     if chat_format not in ("auto", "harmony", "template"):
         raise ChatError(f"chat_format must be auto, harmony or template, got {chat_format!r}")
     if not messages:

@@ -14,6 +14,7 @@ so the ids equal the official renderer's, not only the text.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -63,6 +64,15 @@ class Tool:
 
 
 @dataclass
+class ResponseFormat:
+    """A JSON schema the final answer follows, as the developer message's
+    "# Response Formats" section names it (the format's guide)."""
+    name: str
+    schema: object
+    description: str = ""
+
+
+@dataclass
 class SystemContent:
     reasoning_effort: str | None = "medium"
     date: str | None = None          # "Current date: ..." (the conversation's start)
@@ -90,13 +100,25 @@ def system_text(s: SystemContent, has_function_tools: bool) -> str:
     return "\n\n".join(sections)
 
 
-def developer_text(instructions: str | None, tools: list[Tool]) -> str:
+def developer_text(instructions: str | None, tools: list[Tool], response_format: ResponseFormat | None = None) -> str:
     sections = []
     if instructions is not None:
         sections += ["# Instructions", instructions]
     if tools:
         sections.append(tools_section("functions", tools))
+    if response_format is not None:
+        sections.append(response_formats_section(response_format))
     return "\n\n".join(sections)
+
+
+def response_formats_section(fmt: ResponseFormat) -> str:
+    """The answer's schema at the developer message's end, as the format's
+    guide writes it ("# Response Formats", "## {name}", "// {description}",
+    the schema as compact JSON): the model reads the schema it was trained
+    to answer in, while the sampler's grammar enforces it."""
+    comment = "".join(f"// {ln}\n" for ln in _lines(fmt.description))
+    schema = json.dumps(fmt.schema, ensure_ascii=False, separators=(",", ":"))
+    return f"# Response Formats\n\n## {fmt.name}\n\n{comment}{schema}"
 
 
 def _lines(text: str) -> list[str]:

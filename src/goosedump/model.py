@@ -234,7 +234,7 @@ class Model:
         plan = plan_reply(self.tokenizer, tools, tool_choice, response_format, reasoning_budget, grammar,
                           json_schema, harmony, prefill=start)
         ids = self.render_chat(history, reasoning_effort=reasoning_effort, tools=plan.tools, date=date,
-                               chat_format=chat_format)
+                               chat_format=chat_format, response_format=plan.response_format)
         prompt = ids + plan.prefix
         if fit_context:
             max_tokens = min(max_tokens, max(1, self.n_ctx - len(prompt)))
@@ -264,14 +264,18 @@ class Model:
 
     def render_chat(self, messages: Sequence[dict], *, reasoning_effort: str = "medium",
                     tools: Sequence[dict] | None = None, date: str | None = None,
-                    chat_format: str = "auto", model_identity: str | None = None) -> list[int]:
+                    chat_format: str = "auto", model_identity: str | None = None,
+                    response_format=None) -> list[int]:
         """Prompt tokens for an OpenAI-style conversation (see goosedump.chat):
         harmony for gpt-oss models, the GGUF's chat template otherwise or with
         chat_format="template". date is YYYY-MM-DD (default today);
-        model_identity replaces the system message's "You are ChatGPT, ..."."""
+        model_identity replaces the system message's "You are ChatGPT, ...";
+        response_format: a harmony.ResponseFormat, the answer's schema for
+        the developer message (a ReplyPlan's)."""
         from .chat import render_chat
         return render_chat(self.tokenizer, self.chat_template, messages, reasoning_effort=reasoning_effort,
-                           tools=tools, date=date, chat_format=chat_format, model_identity=model_identity)
+                           tools=tools, date=date, chat_format=chat_format, model_identity=model_identity,
+                           response_format=response_format)
 
     def close(self) -> None:
         if self._store is not None:

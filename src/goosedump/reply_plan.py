@@ -5,8 +5,10 @@ strict tools, `tool_choice` "required", a reasoning budget). Model.chat and
 the server both plan their replies here, so that they agree."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
+from .harmony import ResponseFormat
 from .structured import ConstraintError, Free, Gate, ReplySpec, any_json_object, as_grammar, schema_grammar
 
 
@@ -24,6 +26,7 @@ class ReplyPlan:
     prefix: list[int] = field(default_factory=list)   # the reply's start, appended to the prompt
     spec: ReplySpec | None = None     # None: the reply is free
     checked: Gate | None = None       # the gate plan_reply built to check a prefill, handed out once
+    response_format: ResponseFormat | None = None   # the answer's schema, rendered in the developer message
 
     def gate(self, tok) -> Gate | None:
         if self.checked is not None:
@@ -103,6 +106,23 @@ def format_grammar(fmt, param: str = "response_format") -> str | None:
                     param)
 
 
+def rendered_format(fmt, json_schema=None) -> ResponseFormat | None:
+    """The schema the developer message names (harmony's "# Response
+    Formats"), from a json_schema response format (its name and description
+    where given) or llama.cpp's json_schema field; None for text, JSON mode
+    and grammars, which have no schema. Called once format_grammar has
+    checked the format."""
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema", fmt)
+        name, description = spec.get("name"), spec.get("description")
+        name = " ".join(name.split()) if isinstance(name, str) else ""     # a heading: one line
+        return ResponseFormat(name or "response", spec["schema"],
+                              description if isinstance(description, str) else "")
+    if isinstance(json_schema, str):
+        json_schema = json.loads(json_schema)      # checked by schema_grammar
+    return ResponseFormat("response", json_schema) if json_schema is not None else None
+
+
 def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_format=None,
                reasoning_budget: int | None = None, grammar: str | None = None, json_schema=None,
                harmony: bool = True, format_param: str = "response_format",
@@ -148,11 +168,12 @@ def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_
     no_calls = tool_choice == "none" and bool(tool_names(tools))
     constrained = final is not None or required or reasoning_budget is not None or no_calls or \
         any(g is not None for g in strict.values())
+    shown = rendered_format(response_format, json_schema)
     if not constrained:
-        return ReplyPlan(rendered, prefix)
+        return ReplyPlan(rendered, prefix, response_format=shown)
     tools_allowed = {forced: strict.get(forced)} if forced else strict
     spec = ReplySpec(final=final, tools=tools_allowed, reasoning_budget=reasoning_budget, allow_final=not required)
-    plan = ReplyPlan(rendered, prefix, spec)
+    plan = ReplyPlan(rendered, prefix, spec, response_format=shown)
     if prefill:
         try:
             plan.checked = Gate(tok, spec, prefix)

@@ -96,7 +96,8 @@ class Server:
         check_text_fits(text_chars(messages) + text_chars(tools), self.tok, self.model.n_ctx, param)
         try:
             ids = self.model.render_chat(history, reasoning_effort=effort or opts.effort or "medium",
-                                         tools=plan.tools, model_identity=opts.identity)
+                                         tools=plan.tools, model_identity=opts.identity,
+                                         response_format=plan.response_format)
         except ChatError as e:
             raise chat_error(e, param) from None
         return ids + plan.prefix, plan
