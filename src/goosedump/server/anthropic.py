@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from ..reply import ReplyStream, call_arguments, new_id
 from .anthropic_params import CountBody, MessagesBody, chat_messages, function_tools, reasoning, tool_choice
 from .bridge import EventStream, Submitted
-from .errors import ANTHROPIC_TYPES, APIError, bad_request
+from .errors import APIError, bad_request
 from .params import check_common
 from .schemas import openapi_extra
 
@@ -91,8 +91,12 @@ async def handle(server, body: MessagesBody, request: Request):
 
 def usage(r) -> dict:
     """Anthropic's counts: input_tokens leaves out those read from the KV cache."""
-    return {"input_tokens": r.prompt_tokens - r.cached_tokens, "output_tokens": r.generated_tokens,
-            "cache_read_input_tokens": r.cached_tokens, "cache_creation_input_tokens": 0}
+    return counts(r.prompt_tokens, r.cached_tokens, r.generated_tokens)
+
+
+def counts(prompt: int, cached: int, generated: int) -> dict:
+    return {"input_tokens": prompt - cached, "output_tokens": generated,
+            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
 
 
 # the engine's own stops as the API's stop reasons (its name goes beside, as goosedump_stop_reason)
@@ -160,11 +164,9 @@ class Message:
     def start(self, gen) -> list[str]:
         """message_start and a ping, once the prompt is read: its usage splits
         the prompt as the final usage does (input and cache_read)."""
-        cached = gen.cached or 0
         return [event("message_start", {"type": "message_start", "message": {
                     **self.head(), "content": [], "stop_reason": None, "stop_sequence": None,
-                    "usage": {"input_tokens": len(gen.prompt) - cached, "output_tokens": 0,
-                              "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}}}),
+                    "usage": counts(len(gen.prompt), gen.cached or 0, 0)}}),
                 event("ping", {"type": "ping"})]
 
     async def stream(self, server, sub: Submitted, reply: ReplyStream) -> AsyncIterator[str]:
@@ -199,8 +201,7 @@ async def with_error_event(body: AsyncIterator[str]) -> AsyncIterator[str]:
         async for s in body:
             yield s
     except APIError as e:           # the request's own doing (no token left to choose): its type, as unstreamed
-        kind = ANTHROPIC_TYPES.get(e.status, "api_error" if e.status >= 500 else "invalid_request_error")
-        yield event("error", {"type": "error", "error": {"type": kind, "message": e.message}})
+        yield event("error", e.anthropic())
     except Exception as e:
         yield event("error", {"type": "error", "error": {"type": "api_error", "message": f"generation failed: {e}"}})
 

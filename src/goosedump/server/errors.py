@@ -35,11 +35,15 @@ class APIError(Exception):
         if path.startswith("/api/"):
             body = {"error": self.message}
         elif path.startswith("/v1/messages"):
-            kind = ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
-            body = {"type": "error", "error": {"type": kind, "message": self.message}}
+            body = self.anthropic()
         else:
             body = self.body()
         return JSONResponse(body, status_code=self.status)
+
+    def anthropic(self) -> dict:
+        """The error as Anthropic's API writes it, in a body or a stream's error event."""
+        kind = ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
 
 
 # Anthropic's error types by status
