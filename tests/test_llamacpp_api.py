@@ -150,3 +150,32 @@ def test_no_token_left_is_a_400(server, tiny_model):
     events = no_token_left_stream(server, "/v1/completions", tiny_model.tokenizer, {"prompt": "Once", "max_tokens": 3})
     error = events[-1]["error"]
     assert error["type"] == "invalid_request_error" and "no token is left to choose" in error["message"], events
+
+
+def test_llama_servers_aliases_are_the_routes_they_name(server, client):
+    """llama-server's names without /v1 (a client given the server's root as
+    its base URL uses them): /chat/completions, /responses, /models, the
+    input-token counts, /v1/health, and /completions as llama.cpp's own
+    /completion. Each answers as its route does, with the key required
+    where the route requires it, and is counted as that route."""
+    import openai
+    from test_server import metrics
+    with openai.OpenAI(base_url=server, api_key=KEY, max_retries=0, timeout=60) as root:
+        kw = dict(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=8, seed=4, temperature=0.7)
+        before = metrics(server).get('goosedump_requests_total{endpoint="/v1/chat/completions",status="200"}', 0)
+        assert root.chat.completions.create(**kw).choices[0].message == client.chat.completions.create(
+            **kw).choices[0].message
+        after = metrics(server)['goosedump_requests_total{endpoint="/v1/chat/completions",status="200"}']
+        assert after == before + 2
+        assert [m.id for m in root.models.list()] == [MODEL]
+        kw = dict(model=MODEL, input="Hi", max_output_tokens=8, temperature=0)
+        assert root.responses.create(**kw).output_text == client.responses.create(**kw).output_text
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}
+    assert post(server, "/chat/completions/input_tokens", body).json() == \
+        post(server, "/v1/chat/completions/input_tokens", body).json()
+    assert httpx.get(server + "/v1/health", timeout=10).json() == httpx.get(server + "/health", timeout=10).json()
+    assert post(server, "/completions", BODY).json()["tokens"] == post(server, "/completion", BODY).json()["tokens"]
+    for path in ("/chat/completions", "/completions", "/responses"):
+        r = post(server, path, body, key=None)
+        assert r.status_code == 401, (path, r.status_code)
+    assert post(server, "/chat/completions", {"model": MODEL, "messages": []}).json()["error"]["param"] == "messages"

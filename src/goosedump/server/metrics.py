@@ -12,6 +12,13 @@ ENDPOINTS = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/respo
              "/api/chat", "/api/generate", "/v1/messages", "/completion")
 # llama.cpp's routes outside /v1/ (server/tokens.py, llamacpp.py), which want the API key as /v1/ does
 GUARDED = ("/completion", "/tokenize", "/detokenize", "/apply-template", "/props")
+# llama-server's other names for the same routes (clients given a base URL without /v1 use them):
+# each is served as the route it names, with that route's key check, error shape and counter.
+# (/completions is llama.cpp's own completion, as /completion, not OpenAI's.)
+ALIASES = {"/chat/completions": "/v1/chat/completions", "/responses": "/v1/responses", "/models": "/v1/models",
+           "/v1/health": "/health", "/completions": "/completion",
+           "/chat/completions/input_tokens": "/v1/chat/completions/input_tokens",
+           "/responses/input_tokens": "/v1/responses/input_tokens"}
 
 
 class Metrics:
@@ -80,9 +87,10 @@ class Metrics:
 
 
 class Middleware:
-    """Plain ASGI (it leaves streaming alone): the API key on /v1/, /api/
-    (but /api/version) and llama.cpp's routes (GUARDED), then counts every
-    request by endpoint and status, and names the replica."""
+    """Plain ASGI (it leaves streaming alone): llama-server's aliases as the
+    routes they name, the API key on /v1/, /api/ (but /api/version) and
+    llama.cpp's routes (GUARDED), then counts every request by endpoint and
+    status, and names the replica."""
 
     def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
         self.app, self.metrics, self.api_key = app, metrics, api_key
@@ -93,6 +101,9 @@ class Middleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope["path"]
+        if path in ALIASES:
+            path = ALIASES[path]
+            scope = {**scope, "path": path, "raw_path": path.encode()}
         endpoint = path if path in ENDPOINTS else "other"
         status = 500
 
