@@ -167,3 +167,43 @@ def test_serve_reasoning_budget_and_seed_defaults(tiny_path, tiny_model, tmp_pat
     ref = tiny_model.chat([{"role": "user", "content": "Name a colour."}], 6, reasoning_budget=0,
                           sampling=SamplingParams(temperature=1.0, seed=7))
     assert ref.reply.content == content
+
+
+def test_llama_servers_environment_variables(tiny_path, tmp_path):
+    """llama-server configured by its LLAMA_ARG_* variables (as its Docker
+    images are) serves the same way: each gives its flag where the command
+    line does not, the command line wins, flags without a value read
+    on/off as llama.cpp does, the key is never printed."""
+    import os
+    env = {**os.environ, "LLAMA_ARG_MODEL": tiny_path, "LLAMA_ARG_CTX_SIZE": "0", "LLAMA_ARG_N_PARALLEL": "2",
+           "LLAMA_ARG_N_PREDICT": "5", "LLAMA_ARG_ALIAS": "from-env", "LLAMA_API_KEY": "k3y-from-env",
+           "LLAMA_ARG_TEMPERATURE": "0", "LLAMA_ARG_N_GPU_LAYERS": "99", "LLAMA_ARG_CONT_BATCHING": "enabled",
+           "LLAMA_ARG_JINJA": "off", "LLAMA_ARG_PORT": "1"}     # (start gives --port: the command line wins)
+    env.pop("GOOSEDUMP_API_KEY", None)
+    with open(tmp_path / "serve.log", "w") as out:
+        proc, base = start(["-np", "3"], out, env=env)
+    try:
+        assert chat(base, max_tokens=1).status_code == 401
+        r = chat(base, key="k3y-from-env").json()
+        assert r["usage"]["completion_tokens"] == 5 and r["model"] == "from-env"
+        assert r["choices"][0]["message"] == chat(base, key="k3y-from-env", temperature=0).json()["choices"][0][
+            "message"]
+        props = httpx.get(base + "/props", headers={"Authorization": "Bearer k3y-from-env"}, timeout=10).json()
+        context = gguf.GGUFReader(tiny_path).get_field("gpt-oss.context_length").contents()
+        assert props["default_generation_settings"]["n_ctx"] == context and props["total_slots"] == 3
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    said = (tmp_path / "serve.log").read_text()
+    line = next(ln for ln in said.splitlines() if ln.startswith("goosedump: from llama.cpp's environment"))
+    for part in (f"-m {tiny_path} (LLAMA_ARG_MODEL)", "-c 0 (LLAMA_ARG_CTX_SIZE)", "--api-key *** (LLAMA_API_KEY)",
+                 "-ngl 99 (LLAMA_ARG_N_GPU_LAYERS)", "-cb (LLAMA_ARG_CONT_BATCHING)"):
+        assert part in line, line
+    assert "k3y-from-env" not in said and "LLAMA_ARG_PORT" not in line and "-np" not in line
+    assert "JINJA" not in line and "--jinja" not in said
+    note = next(ln for ln in said.splitlines() if ln.startswith("goosedump: ignoring llama.cpp's"))
+    assert "-ngl 99" in note and "-cb" in note
+    # a value its flag cannot take names the variable; a model given as a word wins over LLAMA_ARG_MODEL
+    fail(cli("serve", tiny_path, env={"LLAMA_ARG_PORT": "eighty"}), "LLAMA_ARG_PORT=eighty", "--port takes an int")
+    fail(cli("serve", tiny_path, env={"LLAMA_ARG_JINJA": "maybe"}), "LLAMA_ARG_JINJA=maybe", "--jinja takes no value")
+    fail(cli("serve", tiny_path, env={"LLAMA_ARG_MODEL": "/nowhere.gguf", "LLAMA_ARG_CTX_SIZE": "-5"}), "-c", "-5")

@@ -55,7 +55,10 @@ Anthropic's Messages API beside them (Anthropic's shapes, events and errors):
   POST /v1/messages/count_tokens
 replies carry reasoning_content beside content; usage counts cached prompt tokens; every response names
 its replica in X-Goosedump-Replica. Point the openai client at http://HOST:PORT/v1 (api_key: the
---api-key, or any string without one); an ollama or anthropic client at http://HOST:PORT."""
+--api-key, or any string without one); an ollama or anthropic client at http://HOST:PORT. llama-server's
+names without /v1 (/chat/completions, /responses, /models, /completions, /v1/health) answer too, and its
+LLAMA_ARG_* variables (LLAMA_ARG_PORT, LLAMA_ARG_CTX_SIZE, LLAMA_API_KEY, ...) give the flags they name
+where the command line does not (printed at start)."""
 
 
 REFUSED_HELP = """--reasoning-format auto and deepseek are what goosedump does (the reasoning apart from the
@@ -398,6 +401,21 @@ def unknown_flags(sub: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return out
 
 
+def _serve_environment(parser, serve, argv: list[str], args: argparse.Namespace) -> argparse.Namespace:
+    """serve's arguments with llama-server's LLAMA_ARG_* variables for the
+    flags the command line leaves out (llamacpp_flags.from_environment); a
+    model named as a word, goosedump's own $GOOSEDUMP_API_KEY and
+    --api-key-file win over theirs."""
+    given = {"model_opt", "hf_file"} if args.model else set()
+    if os.environ.get(ENV_API_KEY) or args.api_key_file:
+        given.add("api_key")
+    words, said = llamacpp_flags.from_environment(serve, argv, os.environ, given)
+    if not words:
+        return args
+    print(said, file=sys.stderr)
+    return parser.parse_args(argv + words)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser, subs = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -420,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         subs[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if args.command == "serve":
+            args = _serve_environment(parser, subs["serve"], argv, args)
         llamacpp_flags.check(args)
         said = llamacpp_flags.note(args)
         if said:

@@ -160,3 +160,69 @@ def note(args: argparse.Namespace) -> str | None:
         by_reason.setdefault(why, []).append(flag if value is None else f"{flag} {value}")
     parts = [f"{', '.join(flags)}: {why}" for why, flags in by_reason.items()]
     return "goosedump: ignoring llama.cpp's " + "; ".join(parts)
+
+
+# llama-server's environment variables (LLAMA_ARG_*, as its Docker images are
+# configured) for the flags `goosedump serve` takes, ours or ignored: a
+# variable gives its flag where the command line does not (llama.cpp's rule:
+# the command line wins). A flag without a value is given by on, enabled,
+# true or 1, left out by off, disabled, false or 0.
+SERVER_ENV = [
+    ("LLAMA_ARG_MODEL", "-m"), ("LLAMA_ARG_HF_REPO", "-hf"), ("LLAMA_ARG_HF_FILE", "-hff"),
+    ("LLAMA_ARG_HOST", "--host"), ("LLAMA_ARG_PORT", "--port"), ("LLAMA_API_KEY", "--api-key"),
+    ("LLAMA_ARG_API_KEY_FILE", "--api-key-file"), ("LLAMA_ARG_CTX_SIZE", "-c"), ("LLAMA_ARG_THREADS", "-t"),
+    ("LLAMA_ARG_ALIAS", "-a"), ("LLAMA_ARG_N_PARALLEL", "-np"), ("LLAMA_ARG_N_PREDICT", "-n"),
+    ("LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs"), ("LLAMA_ARG_THINK_BUDGET", "--reasoning-budget"),
+    ("LLAMA_ARG_TEMPERATURE", "--temp"), ("LLAMA_ARG_TOP_K", "--top-k"), ("LLAMA_ARG_TOP_P", "--top-p"),
+    ("LLAMA_ARG_MIN_P", "--min-p"), ("LLAMA_ARG_REPEAT_PENALTY", "--repeat-penalty"),
+    ("LLAMA_ARG_PRESENCE_PENALTY", "--presence-penalty"), ("LLAMA_ARG_FREQUENCY_PENALTY", "--frequency-penalty"),
+    ("LLAMA_ARG_THINK", "--reasoning-format"), ("LLAMA_ARG_CHAT_TEMPLATE", "--chat-template"),
+    ("LLAMA_ARG_CHAT_TEMPLATE_FILE", "--chat-template-file"),
+    # taken and ignored, as their flags are
+    ("LLAMA_ARG_N_GPU_LAYERS", "-ngl"), ("LLAMA_ARG_FLASH_ATTN", "-fa"), ("LLAMA_ARG_BATCH", "-b"),
+    ("LLAMA_ARG_UBATCH", "-ub"), ("LLAMA_ARG_CONT_BATCHING", "-cb"), ("LLAMA_ARG_ENDPOINT_METRICS", "--metrics"),
+    ("LLAMA_ARG_ENDPOINT_SLOTS", "--slots"), ("LLAMA_ARG_JINJA", "--jinja"), ("LLAMA_ARG_CACHE_TYPE_K", "-ctk"),
+    ("LLAMA_ARG_CACHE_TYPE_V", "-ctv"), ("LLAMA_ARG_KV_UNIFIED", "-kvu"), ("LLAMA_ARG_SWA_FULL", "--swa-full"),
+    ("LLAMA_ARG_TIMEOUT", "-to"), ("LLAMA_ARG_CACHE_REUSE", "--cache-reuse"), ("LLAMA_ARG_NUMA", "--numa"),
+    ("LLAMA_ARG_DEVICE", "-dev"), ("LLAMA_ARG_SPLIT_MODE", "-sm"), ("LLAMA_ARG_TENSOR_SPLIT", "-ts"),
+    ("LLAMA_ARG_MAIN_GPU", "-mg"), ("LLAMA_ARG_N_CPU_MOE", "-ncmoe"), ("LLAMA_ARG_CPU_MOE", "-cmoe"),
+    ("LLAMA_ARG_OVERRIDE_TENSOR", "-ot"),
+]
+TRUTHY, FALSEY = ("on", "enabled", "true", "1"), ("off", "disabled", "false", "0")
+SECRET = ("LLAMA_API_KEY",)
+
+
+def from_environment(parser: argparse.ArgumentParser, argv: list[str], environ,
+                     given: set[str] = frozenset()) -> tuple[list[str], str | None]:
+    """The command-line words SERVER_ENV's variables give (for flags that
+    neither argv nor `given`, dests set otherwise, already give), and a line
+    naming them; a value its flag cannot take is a ValueError naming the
+    variable."""
+    actions = parser._option_string_actions
+    words, said = [], []
+    for var, flag in SERVER_ENV:
+        value = environ.get(var)
+        action = actions.get(flag)
+        if value is None or action is None or action.dest in given:
+            continue
+        if any(a == s or a.startswith(s + "=") for a in argv for s in action.option_strings):
+            continue
+        if action.nargs == 0:
+            if value.lower() in FALSEY:
+                continue
+            if value.lower() not in TRUTHY:
+                raise ValueError(f"{var}={value}: {flag} takes no value; give one of {', '.join(TRUTHY)} "
+                                 f"(or {', '.join(FALSEY)} to leave it off)")
+            new = [flag]
+        else:
+            if action.type is not None:
+                try:
+                    action.type(value)
+                except (TypeError, ValueError):
+                    kind = getattr(action.type, "__name__", "value")
+                    raise ValueError(f"{var}={value}: {flag} takes {'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+                                     ) from None
+            new = [f"{flag}={value}"]
+        words += new
+        said.append(f"{flag}{'' if action.nargs == 0 else ' ' + ('***' if var in SECRET else value)} ({var})")
+    return words, ("goosedump: from llama.cpp's environment: " + ", ".join(said)) if said else None
