@@ -251,3 +251,45 @@ def test_every_route_names_the_answers_schema_in_the_prompt(server):
                                    "options": {"num_predict": 1}})
     assert r.status_code == 200, r.text
     assert r.json()["prompt_eval_count"] == n_unnamed
+
+
+def test_responses_function_tools_are_strict_unless_they_say_not(server, client):
+    """The Responses API makes a function tool that does not say `strict`
+    strict, its schema normalised (every property required, no others), as
+    OpenAI's documentation says ("If you omit strict, ... Responses requests
+    will normalize your schema into strict mode"); `strict: false` keeps it
+    free; Chat Completions keeps such tools free. The arguments validate
+    against the normalised schema (jsonschema), and the echo says what was
+    applied."""
+    from goosedump.reply_plan import strict_by_default, strict_schema
+    LAT = {"type": "integer", "minimum": -90, "maximum": 90}     # (bounded: the random model's numbers never end)
+    params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                               "unit": {"enum": ["c", "f"]},
+                                               "where": {"type": "object", "properties": {"lat": LAT}}},
+              "required": ["city"]}
+    normalised = {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]},
+        "where": {"type": "object", "properties": {"lat": LAT}, "required": ["lat"],
+                  "additionalProperties": False}},
+        "required": ["city", "unit", "where"], "additionalProperties": False}
+    assert strict_schema(params) == normalised
+    tool = {"type": "function", "name": "weather", "description": "Weather.", "parameters": params}
+    for seed in (1, 2):
+        r = client.responses.create(model=MODEL, input="Weather?", tools=[tool], tool_choice="required",
+                                    max_output_tokens=150, temperature=1, extra_body={**BUDGET, "seed": seed})
+        (call,) = [o for o in r.output if o.type == "function_call"]
+        jsonschema.validate(json.loads(call.arguments), normalised)
+        assert r.tools[0].strict is True and r.tools[0].parameters == normalised
+    r = client.responses.create(model=MODEL, input="Weather?", tools=[dict(tool, strict=False)], max_output_tokens=2,
+                                temperature=0, extra_body=BUDGET)
+    assert r.tools[0].strict is False and r.tools[0].parameters == params
+    # a schema that cannot be made strict (an unresolved reference) stays free rather than refused
+    odd = dict(tool, parameters={"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}})
+    assert strict_by_default([odd]) == [odd]
+    assert strict_by_default([dict(tool, strict=False)])[0]["parameters"] == params
+    # Chat Completions: the same tool unsaid stays free (its schema as given, optional fields optional)
+    chat_tool = {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+    prompt = post(server, "/apply-template", {"messages": USER, "tools": [chat_tool]}).json()["prompt"]
+    assert "unit?:" in prompt
+    responses_prompt = client.responses.input_tokens.count(model=MODEL, input="Weather?", tools=[tool])
+    assert responses_prompt.input_tokens > 0

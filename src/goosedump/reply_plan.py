@@ -204,6 +204,49 @@ def arguments_grammar(fn: dict, objects: bool) -> str | None:
         return any_json_object()
 
 
+def strict_by_default(tools):
+    """The Responses API's function tools as it applies them: a tool that
+    does not say `strict` is strict, its schema made strict (every object's
+    properties required, no others: strict_schema), as OpenAI's Responses
+    API does (Chat Completions keeps such tools free); where the schema so
+    made does not compile, the tool stays free, as it was asked."""
+    if not isinstance(tools, list):
+        return tools
+    out = []
+    for t in tools:
+        if isinstance(t, dict) and t.get("type") == "function" and t.get("strict") is None \
+                and isinstance(t.get("parameters", {}), dict):
+            made = strict_schema(t.get("parameters") or {"type": "object", "properties": {}})
+            try:
+                schema_grammar(made)
+                t = {**t, "strict": True, "parameters": made}
+            except ConstraintError:
+                pass
+        out.append(t)
+    return out
+
+
+def strict_schema(schema):
+    """A JSON schema as strict mode reads it: each object's properties all
+    required and no others allowed (additionalProperties false where it is
+    unsaid), through properties, items, the combinators and definitions."""
+    if isinstance(schema, list):
+        return [strict_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) if k in ("items", "prefixItems", "anyOf", "oneOf", "allOf", "not") else v
+           for k, v in schema.items()}
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(schema.get(key), dict):
+            out[key] = {name: strict_schema(v) for name, v in schema[key].items()}
+    if schema.get("type") == "object" or isinstance(schema.get("properties"), dict):
+        props = list(schema.get("properties") or {})
+        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        out["required"] = required + [p for p in props if p not in required]
+        out.setdefault("additionalProperties", False)
+    return out
+
+
 def raw_constraint(tok, grammar: str | None = None, json_schema=None, schema_param: str = "json_schema",
                    response_format=None) -> Free | None:
     """A raw completion's constraint, from its first token: a grammar (GBNF

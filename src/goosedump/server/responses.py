@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from ..harmony import REASONING_EFFORTS
 from ..logprobs import ContentLogprobs
 from ..reply import Item, ReplyStream
+from ..reply_plan import strict_by_default
 from .bridge import EventStream, Submitted
 from .errors import APIError, bad_request
 from .params import check_common, finish_reason, response_id, stop_strings, top_count
@@ -279,6 +280,7 @@ def render(server, body: ResponsesBody):
         raise bad_request(f"reasoning.effort must be one of {', '.join(REASONING_EFFORTS)} (gpt-oss's), got "
                           f"{effort!r}", param="reasoning")
     messages, sources = responses_messages(body)
+    body.tools = strict_by_default(body.tools)     # (the echo says what was applied)
     try:
         prompt, plan = server.render(messages, body.tools, body.tool_choice, effort, "input", body,
                                      (body.text or {}).get("format"), "text.format")
