@@ -181,11 +181,11 @@ def test_llama_servers_environment_variables(tiny_path, tmp_path):
            "LLAMA_ARG_JINJA": "off", "LLAMA_ARG_PORT": "1"}     # (start gives --port: the command line wins)
     env.pop("GOOSEDUMP_API_KEY", None)
     with open(tmp_path / "serve.log", "w") as out:
-        proc, base = start(["-np", "3"], out, env=env)
+        proc, base = start(["-np", "3", "-n7"], out, env={**env, "LLAMA_ARG_N_PREDICT": "5"})
     try:
         assert chat(base, max_tokens=1).status_code == 401
         r = chat(base, key="k3y-from-env").json()
-        assert r["usage"]["completion_tokens"] == 5 and r["model"] == "from-env"
+        assert r["usage"]["completion_tokens"] == 7 and r["model"] == "from-env"     # -n7 over the variable's 5
         assert r["choices"][0]["message"] == chat(base, key="k3y-from-env", temperature=0).json()["choices"][0][
             "message"]
         props = httpx.get(base + "/props", headers={"Authorization": "Bearer k3y-from-env"}, timeout=10).json()
@@ -199,7 +199,7 @@ def test_llama_servers_environment_variables(tiny_path, tmp_path):
     for part in (f"-m {tiny_path} (LLAMA_ARG_MODEL)", "-c 0 (LLAMA_ARG_CTX_SIZE)", "--api-key *** (LLAMA_API_KEY)",
                  "-ngl 99 (LLAMA_ARG_N_GPU_LAYERS)", "-cb (LLAMA_ARG_CONT_BATCHING)"):
         assert part in line, line
-    assert "k3y-from-env" not in said and "LLAMA_ARG_PORT" not in line and "-np" not in line
+    assert "k3y-from-env" not in said and "LLAMA_ARG_PORT" not in line and "-np" not in line and "-n " not in line
     assert "JINJA" not in line and "--jinja" not in said
     note = next(ln for ln in said.splitlines() if ln.startswith("goosedump: ignoring llama.cpp's"))
     assert "-ngl 99" in note and "-cb" in note

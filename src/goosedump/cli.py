@@ -409,7 +409,7 @@ def _serve_environment(parser, serve, argv: list[str], args: argparse.Namespace)
     given = {"model_opt", "hf_file"} if args.model else set()
     if os.environ.get(ENV_API_KEY) or args.api_key_file:
         given.add("api_key")
-    words, said = llamacpp_flags.from_environment(serve, argv, os.environ, given)
+    words, said = llamacpp_flags.from_environment(serve, argv, os.environ, args, given)
     if not words:
         return args
     print(said, file=sys.stderr)

@@ -192,12 +192,12 @@ TRUTHY, FALSEY = ("on", "enabled", "true", "1"), ("off", "disabled", "false", "0
 SECRET = ("LLAMA_API_KEY",)
 
 
-def from_environment(parser: argparse.ArgumentParser, argv: list[str], environ,
+def from_environment(parser: argparse.ArgumentParser, argv: list[str], environ, parsed: argparse.Namespace,
                      given: set[str] = frozenset()) -> tuple[list[str], str | None]:
-    """The command-line words SERVER_ENV's variables give (for flags that
-    neither argv nor `given`, dests set otherwise, already give), and a line
-    naming them; a value its flag cannot take is a ValueError naming the
-    variable."""
+    """The command-line words SERVER_ENV's variables give, for the flags the
+    command line (argv, parsed as `parsed`) leaves out and `given` (dests
+    set otherwise) does not name, and a line naming them; a value its flag
+    cannot take is a ValueError naming the variable."""
     actions = parser._option_string_actions
     words, said = [], []
     for var, flag in SERVER_ENV:
@@ -205,7 +205,9 @@ def from_environment(parser: argparse.ArgumentParser, argv: list[str], environ,
         action = actions.get(flag)
         if value is None or action is None or action.dest in given:
             continue
-        if any(a == s or a.startswith(s + "=") for a in argv for s in action.option_strings):
+        # given on the command line: its value differs from the default (-c8192 too), or it is spelled there
+        if getattr(parsed, action.dest, action.default) != action.default or \
+                any(a == s or a.startswith(s + "=") for a in argv for s in action.option_strings):
             continue
         if action.nargs == 0:
             if value.lower() in FALSEY:
