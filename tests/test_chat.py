@@ -429,6 +429,10 @@ def test_response_format_follows_the_tools_and_makes_a_developer_message(tiny_mo
     dev = developer_message(enc, tiny_model.render_chat(user, response_format=plan.response_format))
     assert dev == ('<|start|>developer<|message|># Response Formats\n\n## two words\n\n'
                    '{"type":"object","properties":{"n":{"type":"integer"}}}<|end|>')
+    # a schema given as JSON text is written as the schema, not as a string
+    text_schema = {"type": "json_schema", "json_schema": {"name": "count", "schema": json.dumps(schema)}}
+    assert plan_reply(tiny_model.tokenizer, response_format=text_schema).response_format.schema == schema
+    assert plan_reply(tiny_model.tokenizer, json_schema=json.dumps(schema)).response_format.schema == schema
     for kwargs in ({"response_format": {"type": "json_object"}}, {"grammar": 'root ::= "yes"'}, {}):
         assert plan_reply(tiny_model.tokenizer, **kwargs).response_format is None
     assert "developer" not in enc.decode(tiny_model.render_chat(user))

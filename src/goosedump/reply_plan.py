@@ -112,15 +112,16 @@ def rendered_format(fmt, json_schema=None) -> ResponseFormat | None:
     where given) or llama.cpp's json_schema field; None for text, JSON mode
     and grammars, which have no schema. Called once format_grammar has
     checked the format."""
+    def parsed(schema):
+        return json.loads(schema) if isinstance(schema, str) else schema    # (JSON text: schema_grammar read it)
+
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         spec = fmt.get("json_schema", fmt)
         name, description = spec.get("name"), spec.get("description")
         name = " ".join(name.split()) if isinstance(name, str) else ""     # a heading: one line
-        return ResponseFormat(name or "response", spec["schema"],
+        return ResponseFormat(name or "response", parsed(spec["schema"]),
                               description if isinstance(description, str) else "")
-    if isinstance(json_schema, str):
-        json_schema = json.loads(json_schema)      # checked by schema_grammar
-    return ResponseFormat("response", json_schema) if json_schema is not None else None
+    return ResponseFormat("response", parsed(json_schema)) if json_schema is not None else None
 
 
 def plan_reply(tok, tools: list[dict] | None = None, tool_choice=None, response_format=None,
