@@ -287,6 +287,8 @@ def test_responses_function_tools_are_strict_unless_they_say_not(server, client)
     odd = dict(tool, parameters={"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}})
     assert strict_by_default([odd]) == [odd]
     assert strict_by_default([dict(tool, strict=False)])[0]["parameters"] == params
+    bare = {"type": "function", "name": "now"}       # no parameters: rendered `() => any` as before, left free
+    assert strict_by_default([bare, dict(bare, parameters={})]) == [bare, dict(bare, parameters={})]
     # Chat Completions: the same tool unsaid stays free (its schema as given, optional fields optional)
     chat_tool = {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
     prompt = post(server, "/apply-template", {"messages": USER, "tools": [chat_tool]}).json()["prompt"]

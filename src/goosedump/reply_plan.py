@@ -210,14 +210,16 @@ def strict_by_default(tools):
     does not say `strict` is strict, its schema made strict (every object's
     properties required, no others: strict_schema), as OpenAI's Responses
     API does (Chat Completions keeps such tools free); where the schema so
-    made does not compile, the tool stays free, as it was asked."""
+    made does not compile, the tool stays free, as it was asked. A tool
+    without parameters is left as it is (its rendering, `() => any`, says
+    there are none)."""
     if not isinstance(tools, list):
         return tools
     out = []
     for t in tools:
         if isinstance(t, dict) and t.get("type") == "function" and t.get("strict") is None \
-                and isinstance(t.get("parameters", {}), dict):
-            made = strict_schema(t.get("parameters") or {"type": "object", "properties": {}})
+                and isinstance(t.get("parameters"), dict) and t["parameters"]:
+            made = strict_schema(t["parameters"])
             try:
                 schema_grammar(made)
                 t = {**t, "strict": True, "parameters": made}
