@@ -400,6 +400,7 @@ def test_response_format_is_rendered_as_the_format_guide_writes_it(tiny_model):
         Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new().with_instructions(text)),
         Message.from_role_and_content(Role.USER, messages[1]["content"])]), Role.ASSISTANT)
     assert ours == ref
+    assert tiny_model.render_chat(messages, date=DATE, response_format=fmt) == ours     # OpenAI's form too
     # the same through Model.chat_stream (run -j, the chat REPL) and llama.cpp's json_schema field
     for kwargs in ({"response_format": fmt}, {"json_schema": GUIDE_SCHEMA}):
         stream = tiny_model.chat_stream(messages, max_tokens=1, date=DATE, **kwargs)

@@ -560,3 +560,15 @@ def test_time_budget_must_be_some_seconds(tiny_path, value):
 def test_a_size_flag_without_auto_does_not_offer_it(tiny_path):
     err = fail(cli("run", tiny_path, "-p", "hi", "-n", "2", "--prompt-cache-size", "lots"), "--prompt-cache-size")
     assert "expected an integer followed by M or G" in err and "expected auto" not in err
+
+
+def test_run_until_the_context_is_full_counts_the_schemas_section(tiny_path):
+    """run -n -1 with -j fills the room the rendered prompt leaves, the
+    schema's section in the developer message counted (it had counted the
+    prompt without it and overflowed the context)."""
+    schema = '{"type": "object", "properties": {"a": {"type": "string"}}}'
+    out = cli("run", tiny_path, "-c", "200", "-n", "-1", "-j", schema, "--temp", "0", "--json", "--no-prompt-cache",
+              "hi")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["prompt_tokens"] + r["generated_tokens"] <= 200 and r["generated_tokens"] >= 1

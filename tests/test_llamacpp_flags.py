@@ -113,19 +113,32 @@ def test_llama_bench_flags_are_taken(tiny_path):
 
 
 def test_api_key_file(tiny_path, tmp_path):
+    """llama-server's key forms: --api-key-file holds a key a line (# lines
+    are comments), --api-key several comma-separated; each key opens."""
     key = tmp_path / "key.txt"
-    key.write_text("s3cret-key\n")
+    key.write_text("# the team's keys\ns3cret-key\n\nsecond-key\n")
     with open(tmp_path / "serve.log", "w") as out:
         proc, base = start([tiny_path, "--api-key-file", str(key)], out)
     try:
         assert chat(base, max_tokens=1).status_code == 401
         assert chat(base, key="s3cret-key", max_tokens=1).status_code == 200
+        assert chat(base, key="second-key", max_tokens=1).status_code == 200
+        assert chat(base, key="# the team's keys", max_tokens=1).status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    with open(tmp_path / "serve2.log", "w") as out:
+        proc, base = start([tiny_path, "--api-key", "k1, k2"], out)
+    try:
+        assert [chat(base, key=k, max_tokens=1).status_code for k in ("k1", "k2", "k1, k2", None)] == \
+            [200, 200, 401, 401]
     finally:
         proc.terminate()
         proc.wait(30)
     empty = tmp_path / "empty.txt"
-    empty.write_text("\n")
-    fail(cli("serve", tiny_path, "--api-key-file", str(empty)), "--api-key-file", "first line is empty")
+    empty.write_text("\n# no key here\n")
+    fail(cli("serve", tiny_path, "--api-key-file", str(empty)), "--api-key-file", "holds no key")
+    fail(cli("serve", tiny_path, "--api-key", ", ,"), "--api-key", "holds no key")
     fail(cli("serve", tiny_path, "--api-key-file", str(tmp_path / "none")), "--api-key-file", "No such file")
 
 
@@ -205,5 +218,41 @@ def test_llama_servers_environment_variables(tiny_path, tmp_path):
     assert "-ngl 99" in note and "-cb" in note
     # a value its flag cannot take names the variable; a model given as a word wins over LLAMA_ARG_MODEL
     fail(cli("serve", tiny_path, env={"LLAMA_ARG_PORT": "eighty"}), "LLAMA_ARG_PORT=eighty", "--port takes an int")
-    fail(cli("serve", tiny_path, env={"LLAMA_ARG_JINJA": "maybe"}), "LLAMA_ARG_JINJA=maybe", "--jinja takes no value")
     fail(cli("serve", tiny_path, env={"LLAMA_ARG_MODEL": "/nowhere.gguf", "LLAMA_ARG_CTX_SIZE": "-5"}), "-c", "-5")
+
+
+def test_what_the_command_line_gives_wins_over_the_environment(monkeypatch):
+    """However a flag is spelled (abbreviated, its value attached, the
+    default's own value) and in whichever form of its group (a model as a
+    word, -m or -hf; --api-key, --api-key-file or $GOOSEDUMP_API_KEY), the
+    command line's wins; a word llama.cpp does not read as on leaves a flag
+    without a value off."""
+    from goosedump import cli as cli_module, llamacpp_flags
+    parser, subs = cli_module.build_parser()
+    env = {"LLAMA_ARG_PORT": "9000", "LLAMA_ARG_CTX_SIZE": "64", "LLAMA_ARG_HF_FILE": "f.gguf",
+           "LLAMA_ARG_API_KEY_FILE": "/keys", "LLAMA_API_KEY": "k", "LLAMA_ARG_JINJA": "maybe",
+           "LLAMA_ARG_N_GPU_LAYERS": "99", "LLAMA_ARG_HOST": "0.0.0.0"}
+    for name in list(cli_module.os.environ):
+        if name.startswith("LLAMA_") or name == cli_module.ENV_API_KEY:
+            monkeypatch.delenv(name)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+    def applied(*words):
+        argv = ["serve", *words]
+        args = cli_module._serve_environment(parser, subs["serve"], argv, parser.parse_args(argv))
+        return {k: getattr(args, k) for k in ("port", "ctx", "hf_file", "api_key", "api_key_file", "host")}
+
+    assert applied("m.gguf") == {"port": 9000, "ctx": 64, "hf_file": None, "api_key": "k",
+                                 "api_key_file": "/keys", "host": "0.0.0.0"}    # (a word's model: no -hff)
+    got = applied("--model", "m.gguf", "--po", "8080", "-c8192", "--host", "127.0.0.1", "--api-key", "mine")
+    assert got == {"port": 8080, "ctx": 8192, "hf_file": None, "api_key": "mine", "api_key_file": None,
+                   "host": "127.0.0.1"}
+    assert applied("-m", "m.gguf", "--api-key-file", "/mine")["api_key"] is None
+    monkeypatch.setenv(cli_module.ENV_API_KEY, "ours")
+    parser, subs = cli_module.build_parser()          # (--api-key's default is read as the parser is built)
+    got = applied("m.gguf")
+    assert (got["api_key"], got["api_key_file"]) == ("ours", None)
+    words, said = llamacpp_flags.from_environment(subs["serve"], {"LLAMA_ARG_JINJA": "maybe",
+                                                                  "LLAMA_ARG_CONT_BATCHING": "on"}, set())
+    assert words == ["-cb"] and said.endswith("-cb (LLAMA_ARG_CONT_BATCHING)")

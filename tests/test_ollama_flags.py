@@ -28,7 +28,10 @@ def test_each_spelling_is_the_flag_it_stands_for(tiny_path):
     assert run(tiny_path, "--think", PROMPT) == plain == run(tiny_path, "--think=true", PROMPT)
     assert run(tiny_path, "--think=high", PROMPT) == run(tiny_path, "--reasoning-effort", "high", PROMPT) != plain
     assert run(tiny_path, "--think=false", PROMPT) == run(tiny_path, "--reasoning-budget", "0", PROMPT)
-    assert run(tiny_path, "--format", "json", PROMPT) == run(tiny_path, "-j", '{"type": "object"}', PROMPT)
+    # --format json is JSON mode (ollama's format "json", OpenAI's json_object): no schema in the prompt, where
+    # -j names its schema in the developer message
+    json_mode, schema = run(tiny_path, "--format", "json", PROMPT), run(tiny_path, "-j", '{"type": "object"}', PROMPT)
+    assert json_mode["prompt"] == plain["prompt"] and len(schema["prompt"]) > len(plain["prompt"])
 
 
 @pytest.mark.parametrize("flag,shown", [(None, True), ("--hide-reasoning", False), ("--hidethinking", False)])

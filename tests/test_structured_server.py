@@ -273,6 +273,13 @@ def test_responses_function_tools_are_strict_unless_they_say_not(server, client)
                   "additionalProperties": False}},
         "required": ["city", "unit", "where"], "additionalProperties": False}
     assert strict_schema(params) == normalised
+    # inside a negation nothing changes (it would change what is excluded); pattern properties are made strict
+    odd_shapes = {"type": "object", "properties": {}, "not": {"type": "object", "properties": {"a": {}}},
+                  "patternProperties": {"^x": {"type": "object", "properties": {"b": LAT}}}}
+    assert strict_schema(odd_shapes) == {**odd_shapes, "required": [], "additionalProperties": False,
+                                         "patternProperties": {"^x": {"type": "object", "properties": {"b": LAT},
+                                                                      "required": ["b"],
+                                                                      "additionalProperties": False}}}
     tool = {"type": "function", "name": "weather", "description": "Weather.", "parameters": params}
     for seed in (1, 2):
         r = client.responses.create(model=MODEL, input="Weather?", tools=[tool], tool_choice="required",

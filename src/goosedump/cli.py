@@ -185,12 +185,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get(ENV_API_KEY),
-                   help=f"require 'Authorization: Bearer KEY' (or x-api-key: KEY) on /v1/, /api/ and llama.cpp's "
-                        f"/completion, /tokenize, /detokenize, /apply-template, /props (default: ${ENV_API_KEY}; "
-                        f"unset: open)")
+                   help=f"require 'Authorization: Bearer KEY' (or x-api-key: KEY) on /v1/ (but /v1/health), /api/ "
+                        f"(but /api/version) and llama.cpp's /completion, /tokenize, /detokenize, /apply-template, "
+                        f"/props; several keys comma-separated, as llama-server takes them (default: "
+                        f"${ENV_API_KEY}; unset: open)")
     p.add_argument("--api-key-file", metavar="FILE", default=None,
-                   help="the API key from the first line of FILE (llama.cpp's flag), so that it is not in the "
-                        "command line")
+                   help="the API keys in FILE, a key a line, lines starting with # comments (llama-server's "
+                        "flag), so that they are not in the command line; with --api-key, the keys of both")
     _add_runtime(p)
     p.add_argument("--model-name", "-a", "--alias", dest="model_name", metavar="NAME", default=None,
                    help="the model's id in the API (-a/--alias: llama.cpp's spelling; default: the file's name "
@@ -406,10 +407,15 @@ def _serve_environment(parser, serve, argv: list[str], args: argparse.Namespace)
     flags the command line leaves out (llamacpp_flags.from_environment); a
     model named as a word, goosedump's own $GOOSEDUMP_API_KEY and
     --api-key-file win over theirs."""
-    given = {"model_opt", "hf_file"} if args.model else set()
-    if os.environ.get(ENV_API_KEY) or args.api_key_file:
-        given.add("api_key")
-    words, said = llamacpp_flags.from_environment(serve, argv, os.environ, args, given)
+    rest = argv[argv.index("serve") + 1:]
+    given = llamacpp_flags.given_dests(serve, rest)
+    # a group given in any of its forms takes none of the environment's
+    for group in ({"model", "model_opt", "hf_file"}, {"api_key", "api_key_file"}):
+        if given & group:
+            given |= group
+    if os.environ.get(ENV_API_KEY):
+        given |= {"api_key", "api_key_file"}
+    words, said = llamacpp_flags.from_environment(serve, os.environ, given)
     if not words:
         return args
     print(said, file=sys.stderr)

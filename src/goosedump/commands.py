@@ -351,6 +351,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_max_tokens(args)
     think_args(args)
     constrain = constraint_args(args)
+    if chat and getattr(args, "format", None) == "json":
+        # JSON mode, as ollama's format "json" and OpenAI's json_object: any object, no schema to name
+        constrain = {"response_format": {"type": "json_object"}}
     if args.reasoning_budget is not None:
         if args.reasoning_budget < 0:
             raise UsageError(f"--reasoning-budget must be 0 or more tokens, got {args.reasoning_budget}")
@@ -373,11 +376,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
             [{"role": "user", "content": prompt}]
-        ids = model.render_chat(messages, reasoning_effort=args.reasoning_effort, date=date)
-        stream = model.chat_stream(messages, max_tokens(args, model, len(ids)), reasoning_effort=args.reasoning_effort,
-                                   date=date, sampling=sampling, time_budget=args.time_budget,
-                                   profile=profile, record_routing=trace, reasoning_budget=args.reasoning_budget,
-                                   **constrain)
+        # -n -1: the room the rendered prompt leaves (a schema's section included), as chat_stream counts it
+        until_full = args.max_tokens == -1
+        stream = model.chat_stream(messages, model.n_ctx if until_full else args.max_tokens,
+                                   reasoning_effort=args.reasoning_effort, date=date, sampling=sampling,
+                                   time_budget=args.time_budget, profile=profile, record_routing=trace,
+                                   reasoning_budget=args.reasoning_budget, fit_context=until_full, **constrain)
         print_reply(stream, None if args.json else ReplyPrinter(show_reasoning=not args.hide_reasoning))
         r, reply = stream.result, stream.reply
     else:
@@ -461,8 +465,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.request_defaults = request_defaults(args)
     except SamplingError as e:
         raise flag_error(e) from None
-    if args.api_key_file is not None:
-        args.api_key = api_key_from(args.api_key_file)
+    if args.api_key_file is not None:        # (both: every key of both opens, as in llama-server)
+        args.api_key = ",".join(k for k in (args.api_key, api_key_from(args.api_key_file)) if k)
+    elif args.api_key and not any(k.strip() for k in args.api_key.split(",")):
+        raise UsageError(f"--api-key {args.api_key!r} holds no key (several are comma-separated)")
     try:                        # a port in use is said before anything loads
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
             probe.bind((args.host, args.port))
@@ -495,18 +501,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def api_key_from(path: str) -> str:
-    """serve's --api-key-file: the key on its first line."""
+    """serve's --api-key-file, as llama-server reads it: a key a line, lines
+    starting with # are comments; the keys as --api-key takes several (comma-separated)."""
     try:
         with open(path, encoding="utf-8") as f:
-            line = f.readline(4097)
+            text = f.read(1 << 20)
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--api-key-file {path}: {getattr(e, 'strerror', None) or e}") from None
-    if len(line) > 4096:
-        raise UsageError(f"--api-key-file {path}: its first line is longer than 4096 characters (a key is one line)")
-    key = line.strip()
-    if not key:
-        raise UsageError(f"--api-key-file {path}: its first line is empty (the file should hold the key)")
-    return key
+    keys = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if not keys:
+        raise UsageError(f"--api-key-file {path}: holds no key (a key a line; lines starting with # are comments)")
+    long = next((k for k in keys if len(k) > 4096), None)
+    if long is not None:
+        raise UsageError(f"--api-key-file {path}: a line is longer than 4096 characters (a key is one line)")
+    return ",".join(keys)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

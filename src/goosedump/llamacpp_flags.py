@@ -166,7 +166,7 @@ def note(args: argparse.Namespace) -> str | None:
 # configured) for the flags `goosedump serve` takes, ours or ignored: a
 # variable gives its flag where the command line does not (llama.cpp's rule:
 # the command line wins). A flag without a value is given by on, enabled,
-# true or 1, left out by off, disabled, false or 0.
+# true or 1, and left out by any other word.
 SERVER_ENV = [
     ("LLAMA_ARG_MODEL", "-m"), ("LLAMA_ARG_HF_REPO", "-hf"), ("LLAMA_ARG_HF_FILE", "-hff"),
     ("LLAMA_ARG_HOST", "--host"), ("LLAMA_ARG_PORT", "--port"), ("LLAMA_API_KEY", "--api-key"),
@@ -188,16 +188,32 @@ SERVER_ENV = [
     ("LLAMA_ARG_MAIN_GPU", "-mg"), ("LLAMA_ARG_N_CPU_MOE", "-ncmoe"), ("LLAMA_ARG_CPU_MOE", "-cmoe"),
     ("LLAMA_ARG_OVERRIDE_TENSOR", "-ot"),
 ]
-TRUTHY, FALSEY = ("on", "enabled", "true", "1"), ("off", "disabled", "false", "0")
+TRUTHY = ("on", "enabled", "true", "1")
 SECRET = ("LLAMA_API_KEY",)
 
 
-def from_environment(parser: argparse.ArgumentParser, argv: list[str], environ, parsed: argparse.Namespace,
-                     given: set[str] = frozenset()) -> tuple[list[str], str | None]:
-    """The command-line words SERVER_ENV's variables give, for the flags the
-    command line (argv, parsed as `parsed`) leaves out and `given` (dests
-    set otherwise) does not name, and a line naming them; a value its flag
-    cannot take is a ValueError naming the variable."""
+def given_dests(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The dests the command line (a subcommand's words) sets, however
+    spelled (-c8192, --po 8080, the default's own value), and the ignored
+    flags it names: parsed with every default a marker."""
+    marker = object()
+    ns = argparse.Namespace(**{a.dest: marker for a in parser._actions if a.dest != argparse.SUPPRESS})
+    ns.llamacpp_ignored = []
+    parser.parse_known_args(argv, namespace=ns)
+    # (an optional positional is set to its default when absent: given only with another value)
+    positional = {a.dest: a.default for a in parser._actions if not a.option_strings}
+    given = {d for d, v in vars(ns).items() if v is not marker and d != "llamacpp_ignored"
+             and not (d in positional and v == positional[d])}
+    by_flag = {s: a.dest for a in parser._actions for s in a.option_strings}
+    return given | {by_flag[flag] for flag, _, _ in ns.llamacpp_ignored if flag in by_flag}
+
+
+def from_environment(parser: argparse.ArgumentParser, environ, given: set[str]) -> tuple[list[str], str | None]:
+    """The command-line words SERVER_ENV's variables give for the flags whose
+    dests `given` (given_dests, and what wins over the environment) leaves
+    out, and a line naming them. A flag without a value is set by a truthy
+    word and otherwise left off, as llama.cpp reads it; a value that is not
+    of its flag's type is a ValueError naming the variable."""
     actions = parser._option_string_actions
     words, said = [], []
     for var, flag in SERVER_ENV:
@@ -205,16 +221,9 @@ def from_environment(parser: argparse.ArgumentParser, argv: list[str], environ, 
         action = actions.get(flag)
         if value is None or action is None or action.dest in given:
             continue
-        # given on the command line: its value differs from the default (-c8192 too), or it is spelled there
-        if getattr(parsed, action.dest, action.default) != action.default or \
-                any(a == s or a.startswith(s + "=") for a in argv for s in action.option_strings):
-            continue
         if action.nargs == 0:
-            if value.lower() in FALSEY:
-                continue
             if value.lower() not in TRUTHY:
-                raise ValueError(f"{var}={value}: {flag} takes no value; give one of {', '.join(TRUTHY)} "
-                                 f"(or {', '.join(FALSEY)} to leave it off)")
+                continue
             new = [flag]
         else:
             if action.type is not None:

@@ -270,9 +270,13 @@ class Model:
         harmony for gpt-oss models, the GGUF's chat template otherwise or with
         chat_format="template". date is YYYY-MM-DD (default today);
         model_identity replaces the system message's "You are ChatGPT, ...";
-        response_format: a harmony.ResponseFormat, the answer's schema for
-        the developer message (a ReplyPlan's)."""
+        response_format: the answer's schema for the developer message, as
+        OpenAI's response_format or a harmony.ResponseFormat (a ReplyPlan's)."""
         from .chat import render_chat
+        if isinstance(response_format, dict):     # OpenAI's form, as chat() takes it
+            from .reply_plan import format_grammar, rendered_format
+            format_grammar(response_format)        # (checked: a PlanError names what is wrong)
+            response_format = rendered_format(response_format)
         return render_chat(self.tokenizer, self.chat_template, messages, reasoning_effort=reasoning_effort,
                            tools=tools, date=date, chat_format=chat_format, model_identity=model_identity,
                            response_format=response_format)

@@ -237,9 +237,11 @@ def strict_schema(schema):
         return [strict_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: strict_schema(v) if k in ("items", "prefixItems", "anyOf", "oneOf", "allOf", "not") else v
+    # (not `not`: a strict schema inside a negation would change what it excludes)
+    out = {k: strict_schema(v) if k in ("items", "prefixItems", "anyOf", "oneOf", "allOf", "if", "then", "else",
+                                        "additionalProperties", "contains") and isinstance(v, (dict, list)) else v
            for k, v in schema.items()}
-    for key in ("properties", "$defs", "definitions"):
+    for key in ("properties", "patternProperties", "$defs", "definitions"):
         if isinstance(schema.get(key), dict):
             out[key] = {name: strict_schema(v) for name, v in schema[key].items()}
     if schema.get("type") == "object" or isinstance(schema.get("properties"), dict):

@@ -93,7 +93,9 @@ class Server:
             raise chat_error(e, param) from None
         except PlanError as e:
             raise bad_request(str(e), param=e.param) from None
-        check_text_fits(text_chars(messages) + text_chars(tools), self.tok, self.model.n_ctx, param)
+        shown = plan.response_format.schema if plan.response_format is not None else None     # (in the prompt too)
+        check_text_fits(text_chars(messages) + text_chars(tools) + text_chars(shown), self.tok, self.model.n_ctx,
+                        param)
         try:
             ids = self.model.render_chat(history, reasoning_effort=effort or opts.effort or "medium",
                                          tools=plan.tools, model_identity=opts.identity,

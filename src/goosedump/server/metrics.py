@@ -93,7 +93,9 @@ class Middleware:
     status, and names the replica."""
 
     def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
-        self.app, self.metrics, self.api_key = app, metrics, api_key
+        # several keys comma-separated, as llama-server's --api-key takes them
+        self.app, self.metrics = app, metrics
+        self.api_keys = [k.strip().encode() for k in (api_key or "").split(",") if k.strip()]
         # every response names the replica that made it (X-Goosedump-Replica)
         self.replica_header = (b"x-goosedump-replica", replica.encode("latin-1", "replace")) if replica else None
 
@@ -127,7 +129,7 @@ class Middleware:
             self.metrics.request(endpoint, status)
 
     def _check_key(self, scope) -> APIError | None:
-        if not self.api_key:
+        if not self.api_keys:
             return None
         headers = dict(scope["headers"])
         auth = headers.get(b"authorization", b"").decode("latin-1")
@@ -137,6 +139,8 @@ class Middleware:
             return APIError(401, "No API key given: send the header 'Authorization: Bearer YOUR_KEY'.",
                             code="invalid_api_key")
         scheme, _, key = auth.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.api_key.encode()):
+        given = key.strip().encode()
+        matches = [hmac.compare_digest(given, k) for k in self.api_keys]     # (each compared: no early exit)
+        if scheme.lower() != "bearer" or not any(matches):
             return APIError(401, "Incorrect API key provided.", code="invalid_api_key")
         return None
