@@ -150,6 +150,7 @@ def test_api_key_file(tiny_path, tmp_path):
     (["serve", "--top-p", "1.5"], ["--top-p"]),
     (["serve", "--repeat-penalty", "inf"], ["--repetition-penalty", "finite"]),
     (["serve", "-n", "0"], ["-n/--n-predict", "got 0"]),
+    (["serve", "-np", "0"], ["--max-batch (-np)", "got 0"]),
     (["serve", "--reasoning-budget", "-2"], ["--reasoning-budget", "got -2"]),
     (["serve", "--seed", "-5"], ["--seed"]),
     (["run", "-p", "x", "-hff", "a.gguf"], ["-hff/--hf-file a.gguf", "needs -hf REPO"]),
@@ -188,13 +189,13 @@ def test_llama_servers_environment_variables(tiny_path, tmp_path):
     line does not, the command line wins, flags without a value read
     on/off as llama.cpp does, the key is never printed."""
     import os
-    env = {**os.environ, "LLAMA_ARG_MODEL": tiny_path, "LLAMA_ARG_CTX_SIZE": "0", "LLAMA_ARG_N_PARALLEL": "2",
+    env = {**os.environ, "LLAMA_ARG_MODEL": tiny_path, "LLAMA_ARG_CTX_SIZE": "0", "LLAMA_ARG_N_PARALLEL": "-1",
            "LLAMA_ARG_N_PREDICT": "5", "LLAMA_ARG_ALIAS": "from-env", "LLAMA_API_KEY": "k3y-from-env",
            "LLAMA_ARG_TEMPERATURE": "0", "LLAMA_ARG_N_GPU_LAYERS": "99", "LLAMA_ARG_CONT_BATCHING": "enabled",
            "LLAMA_ARG_JINJA": "off", "LLAMA_ARG_PORT": "1"}     # (start gives --port: the command line wins)
     env.pop("GOOSEDUMP_API_KEY", None)
     with open(tmp_path / "serve.log", "w") as out:
-        proc, base = start(["-np", "3", "-n7"], out, env={**env, "LLAMA_ARG_N_PREDICT": "5"})
+        proc, base = start(["-n7"], out, env=env)
     try:
         assert chat(base, max_tokens=1).status_code == 401
         r = chat(base, key="k3y-from-env").json()
@@ -203,7 +204,8 @@ def test_llama_servers_environment_variables(tiny_path, tmp_path):
             "message"]
         props = httpx.get(base + "/props", headers={"Authorization": "Bearer k3y-from-env"}, timeout=10).json()
         context = gguf.GGUFReader(tiny_path).get_field("gpt-oss.context_length").contents()
-        assert props["default_generation_settings"]["n_ctx"] == context and props["total_slots"] == 3
+        assert props["default_generation_settings"]["n_ctx"] == context
+        assert props["total_slots"] == 4                     # -np -1: llama-server's auto, here the default
     finally:
         proc.terminate()
         proc.wait(30)
@@ -212,7 +214,8 @@ def test_llama_servers_environment_variables(tiny_path, tmp_path):
     for part in (f"-m {tiny_path} (LLAMA_ARG_MODEL)", "-c 0 (LLAMA_ARG_CTX_SIZE)", "--api-key *** (LLAMA_API_KEY)",
                  "-ngl 99 (LLAMA_ARG_N_GPU_LAYERS)", "-cb (LLAMA_ARG_CONT_BATCHING)"):
         assert part in line, line
-    assert "k3y-from-env" not in said and "LLAMA_ARG_PORT" not in line and "-np" not in line and "-n " not in line
+    assert "k3y-from-env" not in said and "LLAMA_ARG_PORT" not in line and "-n " not in line
+    assert "-np -1 (LLAMA_ARG_N_PARALLEL)" in line
     assert "JINJA" not in line and "--jinja" not in said
     note = next(ln for ln in said.splitlines() if ln.startswith("goosedump: ignoring llama.cpp's"))
     assert "-ngl 99" in note and "-cb" in note

@@ -203,7 +203,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "request's own fields win")
     p.add_argument("--max-batch", "-np", "--parallel", dest="max_batch", type=int, default=4,
                    help="requests the engine decodes together, where it can (-np/--parallel: llama.cpp's "
-                        "spelling; default 4)")
+                        "spelling; default, or -1 as llama-server's auto: 4)")
     p.add_argument("--max-body-size", metavar="SIZE", default="16M",
                    help="refuse request bodies larger than this with a 413, before reading them whole "
                         "(an integer followed by M or G; default 16M)")

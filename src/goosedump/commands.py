@@ -449,8 +449,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import socket
+    if args.max_batch == -1:          # llama-server's -np -1: its own choice (here the default, 4)
+        args.max_batch = 4
     if args.max_batch < 1:
-        raise UsageError(f"--max-batch must be at least 1, got {args.max_batch}")
+        raise UsageError(f"--max-batch (-np) must be at least 1, or -1 for the default (4), got {args.max_batch}")
     from .budget import parse_size
     if isinstance(args.max_body_size, str):
         args.max_body_size = parse_size(args.max_body_size, "--max-body-size")
