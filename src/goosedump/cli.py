@@ -11,6 +11,7 @@ flags goosedump ignores with a note (llamacpp_flags)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import textwrap
@@ -201,9 +202,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "reasoning_effort (low, medium, high), model_identity (the system message's first line), "
                         "enable_thinking (false: no reasoning), e.g. '{\"reasoning_effort\": \"high\"}'; a "
                         "request's own fields win")
-    p.add_argument("--max-batch", "-np", "--parallel", dest="max_batch", type=int, default=4,
+    p.add_argument("--max-batch", "-np", "--parallel", dest="max_batch", type=int,
+                   default=commands.DEFAULT_MAX_BATCH,
                    help="requests the engine decodes together, where it can (-np/--parallel: llama.cpp's "
-                        "spelling; default, or -1 as llama-server's auto: 4)")
+                        f"spelling; default, or -1 as llama-server's auto: {commands.DEFAULT_MAX_BATCH})")
     p.add_argument("--max-body-size", metavar="SIZE", default="16M",
                    help="refuse request bodies larger than this with a 413, before reading them whole "
                         "(an integer followed by M or G; default 16M)")
@@ -242,7 +244,17 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The parser and each subcommand's own (for its usage on an unknown flag)."""
+    """The parser and each subcommand's own (for its usage on an unknown flag).
+    Built once per process for each value of $GOOSEDUMP_API_KEY (its one
+    input from the environment, --api-key's default): argparse takes 9 ms
+    to build it, as long as a tiny model's whole run, which a process that
+    calls main() again and again (the file fuzzer's workers) paid each time.
+    Parsing leaves a parser as it was."""
+    return _build_parser(os.environ.get(ENV_API_KEY))
+
+
+@functools.lru_cache(maxsize=4)
+def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     from . import __version__
     p = argparse.ArgumentParser(prog="goosedump", description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--version", action="version", version=f"goosedump {__version__}")
@@ -404,9 +416,10 @@ def unknown_flags(sub: argparse.ArgumentParser, argv: list[str]) -> list[str]:
 
 def _serve_environment(parser, serve, argv: list[str], args: argparse.Namespace) -> argparse.Namespace:
     """serve's arguments with llama-server's LLAMA_ARG_* variables for the
-    flags the command line leaves out (llamacpp_flags.from_environment); a
-    model named as a word, goosedump's own $GOOSEDUMP_API_KEY and
-    --api-key-file win over theirs."""
+    flags the command line leaves out (llamacpp_flags.from_environment): a
+    flag given in any spelling wins over its variable; a model (word, -m,
+    --hf-file) or key (--api-key, --api-key-file) given in any form takes
+    none of its group's variables; $GOOSEDUMP_API_KEY wins over theirs."""
     rest = argv[argv.index("serve") + 1:]
     given = llamacpp_flags.given_dests(serve, rest)
     # a group given in any of its forms takes none of the environment's

@@ -447,12 +447,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return run_chat(session)
 
 
+DEFAULT_MAX_BATCH = 4       # serve's --max-batch (-np), and what llama-server's -np -1 (auto) gives
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import socket
-    if args.max_batch == -1:          # llama-server's -np -1: its own choice (here the default, 4)
-        args.max_batch = 4
+    if args.max_batch == -1:          # llama-server's -np -1: its own choice (here the default)
+        args.max_batch = DEFAULT_MAX_BATCH
     if args.max_batch < 1:
-        raise UsageError(f"--max-batch (-np) must be at least 1, or -1 for the default (4), got {args.max_batch}")
+        raise UsageError(f"--max-batch (-np) must be at least 1, or -1 for the default ({DEFAULT_MAX_BATCH}), "
+                         f"got {args.max_batch}")
     from .budget import parse_size
     if isinstance(args.max_body_size, str):
         args.max_body_size = parse_size(args.max_body_size, "--max-body-size")
@@ -460,6 +464,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--body-timeout must be more than 0 seconds, got {args.body_timeout}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
+    from .server.metrics import api_keys
     from .server.params import request_defaults, template_kwargs_flag
     args.chat_template_kwargs = template_kwargs_flag(args.chat_template_kwargs)
     from .sampling import SamplingError
@@ -469,7 +474,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise flag_error(e) from None
     if args.api_key_file is not None:        # (both: every key of both opens, as in llama-server)
         args.api_key = ",".join(k for k in (args.api_key, api_key_from(args.api_key_file)) if k)
-    elif args.api_key and not any(k.strip() for k in args.api_key.split(",")):
+    elif args.api_key and not api_keys(args.api_key):
         raise UsageError(f"--api-key {args.api_key!r} holds no key (several are comma-separated)")
     try:                        # a port in use is said before anything loads
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
@@ -513,8 +518,7 @@ def api_key_from(path: str) -> str:
     keys = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not keys:
         raise UsageError(f"--api-key-file {path}: holds no key (a key a line; lines starting with # are comments)")
-    long = next((k for k in keys if len(k) > 4096), None)
-    if long is not None:
+    if any(len(k) > 4096 for k in keys):
         raise UsageError(f"--api-key-file {path}: a line is longer than 4096 characters (a key is one line)")
     return ",".join(keys)
 

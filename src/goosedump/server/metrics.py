@@ -21,6 +21,11 @@ ALIASES = {"/chat/completions": "/v1/chat/completions", "/responses": "/v1/respo
            "/responses/input_tokens": "/v1/responses/input_tokens"}
 
 
+def api_keys(text: str | None) -> list[str]:
+    """The keys in --api-key's value: several comma-separated, as llama-server takes them."""
+    return [k.strip() for k in (text or "").split(",") if k.strip()]
+
+
 class Metrics:
     """Counters for /metrics. Generations are counted on the engine's thread
     as they produce tokens and end, requests by the middleware: hence the
@@ -93,9 +98,8 @@ class Middleware:
     status, and names the replica."""
 
     def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
-        # several keys comma-separated, as llama-server's --api-key takes them
         self.app, self.metrics = app, metrics
-        self.api_keys = [k.strip().encode() for k in (api_key or "").split(",") if k.strip()]
+        self.api_keys = [k.encode() for k in api_keys(api_key)]
         # every response names the replica that made it (X-Goosedump-Replica)
         self.replica_header = (b"x-goosedump-replica", replica.encode("latin-1", "replace")) if replica else None
 
