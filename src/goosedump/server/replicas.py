@@ -171,6 +171,29 @@ def serve_replicas(args: argparse.Namespace, model) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
-    serve.shutdown()
-    ray.shutdown()
+    shut_down(ray, serve, local)
     return 0
+
+
+def shut_down(ray, serve, local: bool) -> None:
+    """Serve's graceful shutdown (each replica finishes what it serves), but
+    no wait on a cluster that is already gone: a terminal's Ctrl-C, or a
+    service manager stopping the whole group, signals the local cluster's
+    GCS and raylet with this process, and serve.shutdown() then waited 30 s
+    for a controller it could no longer reach (the group took 44 s to stop;
+    it takes a few seconds either way now)."""
+    graceful = threading.Thread(target=serve.shutdown, daemon=True)
+    graceful.start()
+    while graceful.is_alive() and not (local and cluster_gone(ray)):
+        graceful.join(0.25)
+    ray.shutdown()
+
+
+def cluster_gone(ray) -> bool:
+    """Whether a process of the local cluster this one started (its GCS,
+    raylet, ...) has exited."""
+    node = getattr(getattr(ray, "_private", None) and ray._private.worker, "_global_node", None)
+    try:
+        return node is not None and bool(node.dead_processes())
+    except Exception:           # (Ray's node object is its own: if its form changes, wait as before)
+        return False
