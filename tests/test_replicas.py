@@ -93,11 +93,15 @@ class Served:
     def stop(self) -> None:
         if self._client is not None:
             self._client.close()
+        self.killed = False
         if self.proc.poll() is None:
+            # the whole group, as a terminal's Ctrl-C or a service manager signals it (Ray's
+            # local GCS and raylet with the server: it had waited 30 s on them, 44 s in all)
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(60)
+                self.proc.wait(35)
             except subprocess.TimeoutExpired:
+                self.killed = True
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         subprocess.run(["ray", "stop", "--force"], capture_output=True,
@@ -125,6 +129,7 @@ def two(tiny_path, tmp_path_factory):
         yield s
     finally:
         s.stop()
+    assert not s.killed, f"serve did not end within 35 s of SIGTERM to its group:\n{s.log.read_text()[-3000:]}"
     deadline = time.monotonic() + 30
     while ray_processes() and time.monotonic() < deadline:
         time.sleep(0.5)
