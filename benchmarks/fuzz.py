@@ -14,6 +14,8 @@ import argparse
 import hashlib
 import os
 import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -53,12 +55,22 @@ def main() -> int:
     ap.add_argument("--target", required=True, choices=["gguf", "gguf-split", "kernels", "tokenizer"])
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--minutes", type=float, default=None, help="run this long instead of --seconds")
+    ap.add_argument("--in-child", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
+    if not args.in_child:
+        # libFuzzer ends its process with C's exit(), past Python's atexit: the
+        # run's files (seeds, corpus, the targets' scratch) are removed out here
+        work = tempfile.mkdtemp(prefix="goosedump-fuzz-")
+        try:
+            return subprocess.call([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--in-child"],
+                                   env={**os.environ, "GOOSEDUMP_FUZZ_DIR": work})
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     import atheris
     with atheris.instrument_imports():
         import fuzz_targets
     seconds = int(args.minutes * 60) if args.minutes else args.seconds
-    work = tempfile.mkdtemp(prefix="goosedump-fuzz-")
+    work = os.environ["GOOSEDUMP_FUZZ_DIR"]
     corpus_in = os.path.join(work, "corpus")
     os.makedirs(corpus_in)
     seed_list, part2 = seeds(args.target, work)

@@ -18,7 +18,9 @@ is a finding.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -43,7 +45,9 @@ class Finding(AssertionError):
 
 
 # -- gguf ---------------------------------------------------------------------
-_DIR = tempfile.mkdtemp(prefix="goosedump-fuzz-gguf-")
+# (in benchmarks/fuzz.py's folder, which it removes; imported by the tests, removed at exit)
+_DIR = tempfile.mkdtemp(prefix="goosedump-fuzz-gguf-", dir=os.environ.get("GOOSEDUMP_FUZZ_DIR"))
+atexit.register(shutil.rmtree, _DIR, True)
 
 
 def gguf_target(data: bytes, split_part2: bytes | None = None) -> None:
