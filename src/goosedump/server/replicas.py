@@ -176,12 +176,13 @@ def serve_replicas(args: argparse.Namespace, model) -> int:
 
 
 def shut_down(ray, serve, local: bool) -> None:
-    """Serve's graceful shutdown (each replica finishes what it serves), but
-    no wait on a cluster that is already gone: a terminal's Ctrl-C, or a
-    service manager stopping the whole group, signals the local cluster's
-    GCS and raylet with this process, and serve.shutdown() then waited 30 s
-    for a controller it could no longer reach (the group took 44 s to stop;
-    it takes a few seconds either way now)."""
+    """Serve's graceful shutdown (the replicas finish what they serve, for up
+    to serve.shutdown()'s 30 s), but no wait on a cluster that is already
+    gone: a terminal's Ctrl-C, or a service manager stopping the whole
+    group, signals the local cluster's GCS and raylet with this process, and
+    serve.shutdown() then waited its 30 s for a controller it could no
+    longer reach (the group took 44 s to stop, now 11: ray.shutdown()
+    terminating what is left)."""
     graceful = threading.Thread(target=serve.shutdown, daemon=True)
     graceful.start()
     while graceful.is_alive() and not (local and cluster_gone(ray)):
@@ -192,8 +193,8 @@ def shut_down(ray, serve, local: bool) -> None:
 def cluster_gone(ray) -> bool:
     """Whether a process of the local cluster this one started (its GCS,
     raylet, ...) has exited."""
-    node = getattr(getattr(ray, "_private", None) and ray._private.worker, "_global_node", None)
     try:
+        node = ray._private.worker._global_node
         return node is not None and bool(node.dead_processes())
     except Exception:           # (Ray's node object is its own: if its form changes, wait as before)
         return False
