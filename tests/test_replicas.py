@@ -49,6 +49,18 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
+def ray_processes() -> list[str]:
+    """Ray's processes on this machine (its GCS, raylet, workers, Serve's
+    actors), by their command lines."""
+    import psutil
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if any(k in cmd for k in ("gcs_server", "raylet", "ray::", "default_worker.py", "dashboard/agent")):
+            found.append(cmd[:120])
+    return found
+
+
 class Served:
     """`goosedump serve ... --replicas ...` in its own process group."""
 
@@ -58,6 +70,7 @@ class Served:
         env = {**os.environ, "GOOSEDUMP_API_KEY": KEY, "RAY_USAGE_STATS_ENABLED": "0"}
         self.log = log
         self._client = None
+        self.killed = False          # stop() had to SIGKILL it
         with open(log, "w") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "goosedump", "serve", tiny_path, "--port", str(self.port),
                                           "--threads", "1", "--ctx", "512", "--model-name", "tiny", *extra],
@@ -93,7 +106,6 @@ class Served:
     def stop(self) -> None:
         if self._client is not None:
             self._client.close()
-        self.killed = False
         if self.proc.poll() is None:
             # the whole group, as a terminal's Ctrl-C or a service manager signals it (Ray's
             # local GCS and raylet with the server: it had waited 30 s on them, 44 s in all)
@@ -107,17 +119,15 @@ class Served:
         subprocess.run(["ray", "stop", "--force"], capture_output=True,
                        env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
 
+    def check_stopped(self) -> None:
+        """After stop(): the server ended on its group's SIGTERM, and the
+        local Ray cluster went with it."""
+        assert not self.killed, f"serve did not end within 35 s of SIGTERM to its group:\n{self.log.read_text()[-3000:]}"
+        deadline = time.monotonic() + 30
+        while ray_processes() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not ray_processes(), ray_processes()
 
-def ray_processes() -> list[str]:
-    """Ray's processes on this machine (its GCS, raylet, workers, Serve's
-    actors), by their command lines."""
-    import psutil
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if any(k in cmd for k in ("gcs_server", "raylet", "ray::", "default_worker.py", "dashboard/agent")):
-            found.append(cmd[:120])
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +139,7 @@ def two(tiny_path, tmp_path_factory):
         yield s
     finally:
         s.stop()
-    assert not s.killed, f"serve did not end within 35 s of SIGTERM to its group:\n{s.log.read_text()[-3000:]}"
-    deadline = time.monotonic() + 30
-    while ray_processes() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not ray_processes(), ray_processes()          # the cluster went with the server
+    s.check_stopped()
 
 
 def pid_of(replica: str) -> int:

@@ -7,7 +7,7 @@ import time
 
 import openai
 
-from test_replicas import HEADER, USER, Served, ray_processes
+from test_replicas import HEADER, USER, Served
 
 
 def test_autoscaling_adds_a_replica_under_load(tiny_path, tmp_path):
@@ -39,7 +39,4 @@ def test_autoscaling_adds_a_replica_under_load(tiny_path, tmp_path):
         assert len(seen) == 2, f"no second replica under load:\n{s.log.read_text()[-3000:]}"
     finally:
         s.stop()
-    deadline = time.monotonic() + 30
-    while ray_processes() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not ray_processes(), ray_processes()
+    s.check_stopped()
