@@ -18,7 +18,8 @@ import numpy as np
 from . import _kernels
 from .machine import AMX_NOTE, NO_VBMI_NOTE, amx_in_use, avx512_without_vbmi
 from .budget import format_bytes
-from .commands import UsageError, check_output, check_threads, load_model, say_budget, write_profile
+from .arguments import UsageError, check_output, check_threads
+from .commands import load_model, say_budget, write_profile
 from .terminal import print_cache, print_profile
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 from .budget import expert_cache_budget, format_bytes
-from .commands import UsageError, check_ctx, context_for, model_arg
+from .arguments import UsageError, check_ctx, context_for, model_arg
 
 
 def split_size(text: str) -> int:

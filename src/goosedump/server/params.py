@@ -36,7 +36,7 @@ def request_defaults(args) -> RequestDefaults:
     """serve's request defaults from its flags, checked before anything loads
     (-1 means none, as llama-server reads it). A sampling value out of range
     raises SamplingError, which the command says of its flag
-    (commands.flag_error); -n and --reasoning-budget a ValueError naming
+    (arguments.flag_error); -n and --reasoning-budget a ValueError naming
     theirs."""
     kw = {f: getattr(args, f) for f in SAMPLING if getattr(args, f, None) is not None}
     if kw.get("seed") == -1:
