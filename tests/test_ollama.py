@@ -200,6 +200,18 @@ def test_refusals_are_named_in_ollamas_shape(server, path, body, phrase):
     assert set(r.json()) == {"error"} and phrase in r.json()["error"], r.json()
 
 
+def test_the_model_management_routes_answer_501_through_ollamas_client(api):
+    """pull, push, create, copy and delete, as ollama's own client sends them
+    (delete is a DELETE: it had met a 405 Method Not Allowed)."""
+    calls = {"pull": lambda: api.pull("other"), "push": lambda: api.push("other"),
+             "create": lambda: api.create("other", from_="tiny"), "copy": lambda: api.copy("tiny", "other"),
+             "delete": lambda: api.delete("other")}
+    for name, call in calls.items():
+        with pytest.raises(ollama.ResponseError) as e:
+            call()
+        assert e.value.status_code == 501 and f"/api/{name} is not supported" in e.value.error, (name, e.value)
+
+
 def test_the_api_key_guards_ollamas_routes_too(server):
     r = post(server, "/api/chat", {"messages": USER}, key=None)
     assert r.status_code == 401 and r.json() == {"error": "No API key given: send the header "

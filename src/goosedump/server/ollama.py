@@ -124,7 +124,10 @@ def register(app: FastAPI, server, read) -> None:
         return await reply(server, body, request, messages, None, False)
 
     for name in NOT_HERE:
-        @app.post(f"/api/{name}", include_in_schema=False)
+        # (ollama's delete is DELETE /api/delete, the others POSTs; a POST to
+        # delete is answered the same way rather than with a 405)
+        @app.api_route(f"/api/{name}", methods=["POST", "DELETE"] if name == "delete" else ["POST"],
+                       include_in_schema=False)
         async def not_here(request: Request):
             what = request.url.path
             raise APIError(501, f"{what} is not supported: this server serves the one model it was started with "
