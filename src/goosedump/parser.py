@@ -151,7 +151,7 @@ def _add_runtime(p: argparse.ArgumentParser, ctx_default: str = "min(4096, the m
                    help="keep the KV state of prompts on disk in DIR, so that a prompt seen before (the same "
                         "system prompt and tools, a conversation set aside) prefills only what is new; off: "
                         "don't (default: $GOOSEDUMP_PROMPT_CACHE, else the user's cache folder, "
-                        "~/.cache/goosedump/prompt-cache)")
+                        "$XDG_CACHE_HOME/goosedump/prompt-cache, ~/.cache/goosedump/prompt-cache without it)")
     p.add_argument("--no-prompt-cache", dest="prompt_cache", action="store_const", const="off",
                    help="the same as --prompt-cache off")
     p.add_argument("--prompt-cache-size", metavar="SIZE", default=None,
