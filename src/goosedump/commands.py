@@ -197,6 +197,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--body-timeout must be more than 0 seconds, got {args.body_timeout}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
+    from .server.cors import CorsError, parse_origins
+    try:
+        parse_origins(args.cors_origins)
+    except CorsError as e:
+        raise UsageError(str(e)) from None
     from .server.metrics import api_keys
     from .server.params import request_defaults, template_kwargs_flag
     args.chat_template_kwargs = template_kwargs_flag(args.chat_template_kwargs)

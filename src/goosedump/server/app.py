@@ -26,6 +26,7 @@ from ..result import ContextOverflowError
 from ..sampling import SamplingError
 from . import anthropic, chat_completions, completions, llamacpp, ollama, responses, tokens
 from .bridge import Submitted
+from .cors import Cors, parse_origins
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
 from .params import (RequestDefaults, TemplateOptions, check_text_fits, context_error, max_tokens, sampling_params,
@@ -148,7 +149,7 @@ class Server:
 def create_app(model, *, model_name: str, api_key: str | None = None, max_batch: int | None = None,
                replica: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
                body_timeout: float = BODY_IDLE_SECONDS, chat_template_kwargs: dict | None = None,
-               defaults: RequestDefaults | None = None) -> FastAPI:
+               defaults: RequestDefaults | None = None, cors_origins: str = "local") -> FastAPI:
     """The FastAPI application serving `model` under the id `model_name`;
     with api_key, /v1/ wants 'Authorization: Bearer <api_key>'. Every
     response carries X-Goosedump-Replica: `replica` (default: this host and
@@ -156,7 +157,8 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
     A request body over max_body_bytes is refused with a 413, one that
     stops arriving for body_timeout seconds with a 408. chat_template_kwargs:
     defaults for every request's (llama.cpp's --chat-template-kwargs);
-    defaults: what a request leaves unsaid (serve's --temp, -n, ...)."""
+    defaults: what a request leaves unsaid (serve's --temp, -n, ...).
+    cors_origins: the web pages' origins that may call it (cors.py)."""
     server = Server(model, model_name, max_batch, chat_template_kwargs, defaults)
     replica = replica or f"{os.uname().nodename}:{os.getpid()}"
 
@@ -168,6 +170,9 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
     app = FastAPI(title="goosedump", version=__version__, lifespan=lifespan)
     app.state.server = server
     app.add_middleware(Middleware, metrics=server.metrics, api_key=api_key, replica=replica)
+    origins = parse_origins(cors_origins)
+    if origins is not None:      # (added last, so outermost: a preflight is answered before the API key is asked)
+        app.add_middleware(Cors, origins=origins, expose=["X-Goosedump-Replica"])
 
     @app.exception_handler(APIError)
     async def api_error(request, exc: APIError):
@@ -237,7 +242,8 @@ def serve(args: argparse.Namespace, model) -> int:
     name = args.model_name or os.path.basename(model.path).removesuffix(".gguf")
     app = create_app(model, model_name=name, api_key=args.api_key, max_batch=args.max_batch,
                      max_body_bytes=args.max_body_size, body_timeout=args.body_timeout,
-                     chat_template_kwargs=args.chat_template_kwargs, defaults=args.request_defaults)
+                     chat_template_kwargs=args.chat_template_kwargs, defaults=args.request_defaults,
+                     cors_origins=args.cors_origins)
     print(f"goosedump serve: {name} on http://{args.host}:{args.port}/v1 (context {model.n_ctx} tokens"
           f"{', API key required' if args.api_key else ''}; ollama's API and Anthropic's /v1/messages at "
           f"http://{args.host}:{args.port})", file=sys.stderr, flush=True)

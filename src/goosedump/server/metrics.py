@@ -93,9 +93,9 @@ class Metrics:
 
 class Middleware:
     """Plain ASGI (it leaves streaming alone): llama-server's aliases as the
-    routes they name, the API key on /v1/, /api/ (but /api/version) and
-    llama.cpp's routes (GUARDED), then counts every request by endpoint and
-    status, and names the replica."""
+    routes they name, HEAD as a GET without its body, the API key on /v1/,
+    /api/ (but /api/version) and llama.cpp's routes (GUARDED), then counts
+    every request by endpoint and status, and names the replica."""
 
     def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
         self.app, self.metrics = app, metrics
@@ -112,6 +112,11 @@ class Middleware:
             scope = {**scope, "path": path, "raw_path": path.encode()}
         endpoint = path if path in ENDPOINTS else "other"
         status = 500
+        # HEAD: the GET's status and headers (ollama's CLI checks a server by
+        # HEAD / before every command; it had met a 405), no body
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET"}
 
         async def send_status(message):
             nonlocal status
@@ -119,6 +124,8 @@ class Middleware:
                 status = message["status"]
                 if self.replica_header is not None:
                     message = {**message, "headers": [*message.get("headers", []), self.replica_header]}
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
             await send(message)
 
         try:

@@ -51,7 +51,7 @@ def replica_spec(args: argparse.Namespace, model) -> dict:
             "api_key": args.api_key, "model_name": args.model_name,
             "prompt_cache": model.options.prompt_cache or "off", "prompt_cache_bytes": model.options.prompt_cache_bytes,
             "max_body_bytes": args.max_body_size, "body_timeout": args.body_timeout,
-            "chat_template_kwargs": args.chat_template_kwargs,
+            "cors_origins": args.cors_origins, "chat_template_kwargs": args.chat_template_kwargs,
             "defaults": dataclasses.asdict(args.request_defaults)}
 
 
@@ -76,7 +76,7 @@ def build_replica_app(spec: dict):
     app = create_app(model, model_name=name, api_key=spec["api_key"], max_batch=spec["max_batch"],
                      max_body_bytes=spec["max_body_bytes"], body_timeout=spec["body_timeout"],
                      chat_template_kwargs=spec["chat_template_kwargs"], defaults=RequestDefaults(**spec["defaults"]),
-                     replica=f"{replica}@{os.uname().nodename}:{os.getpid()}")
+                     cors_origins=spec["cors_origins"], replica=f"{replica}@{os.uname().nodename}:{os.getpid()}")
     _LIVE["server"] = app.state.server
     return app
 

@@ -1,0 +1,192 @@
+"""Web pages calling the server from a browser (serve's --cors-origins), and
+HEAD. The browser is jsdom's XMLHttpRequest (npm's jsdom, installed here
+into a temporary folder), which applies the Fetch standard's CORS checks
+as browsers do: the preflight, the allowed origin, method and headers,
+the exposed headers. A page on a local origin calls the API with its key
+and reads the answer, a 401 and the replica's header; a page from the wider
+web is refused (a network error to the page, one note in the server's log);
+--cors-origins names others, '*' any, off none. HEAD answers as GET without
+its body (ollama's CLI checks a server by HEAD / before each command)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from goosedump.model import load
+from goosedump.options import Options
+from goosedump.server.app import create_app
+from test_cli_habits import cli, fail
+from test_server import KEY, MODEL, USER, free_port
+
+XHR = r"""
+// node xhr.js ORIGIN METHOD URL BODY KEY: one XMLHttpRequest from a page on ORIGIN
+const { JSDOM } = require("jsdom");
+const [origin, method, url, body, key] = process.argv.slice(2);
+const dom = new JSDOM("<!doctype html><p>page</p>", { url: origin + "/" });
+const xhr = new dom.window.XMLHttpRequest();
+xhr.open(method, url);
+if (body) xhr.setRequestHeader("Content-Type", "application/json");
+if (key) xhr.setRequestHeader("Authorization", "Bearer " + key);
+xhr.onload = () => console.log(JSON.stringify({ status: xhr.status, text: xhr.responseText,
+                                                replica: xhr.getResponseHeader("X-Goosedump-Replica") }));
+xhr.onerror = () => console.log(JSON.stringify({ error: "network error" }));
+xhr.send(body || null);
+"""
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """jsdom and the script above, run with node: (origin, method, url, body, key) -> its result."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        pytest.fail("this test needs Node.js 18 or later with npm (nodejs.org, or Debian's nodejs and npm)")
+    where = tmp_path_factory.mktemp("jsdom")
+    out = subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(where), "jsdom@26"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"npm install jsdom@26: {out.stderr[-2000:]}"
+    (where / "xhr.js").write_text(XHR)
+
+    def request(origin, method, url, body=None, key=None):
+        args = [node, str(where / "xhr.js"), origin, method, url, json.dumps(body) if body else "", key or ""]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=where)
+        lines = r.stdout.strip().splitlines()
+        assert lines, f"node printed nothing: {r.stderr[-2000:]}"
+        return json.loads(lines[-1])
+    return request
+
+
+class Served:
+    """`goosedump serve` with an API key and extra flags, its log kept."""
+
+    def __init__(self, tiny_path, log, *extra):
+        self.port, self.log = free_port(), log
+        self.base = f"http://127.0.0.1:{self.port}"
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "goosedump", "serve", tiny_path, "--port",
+                                          str(self.port), "--ctx", "256", "--threads", "1", "--model-name", MODEL,
+                                          "--api-key", KEY, *extra], stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.proc.poll() is None, f"serve exited:\n{log.read_text()}"
+            try:
+                if httpx.get(self.base + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"serve did not answer in 60 s:\n{log.read_text()}"
+            time.sleep(0.1)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def served(tiny_path, tmp_path_factory):
+    s = Served(tiny_path, tmp_path_factory.mktemp("cors") / "serve.log")
+    yield s
+    s.stop()
+
+
+CHAT = {"model": MODEL, "messages": USER, "max_tokens": 3, "temperature": 0}
+
+
+def test_a_local_page_calls_the_api_and_reads_its_answers(browser, served):
+    url = served.base + "/v1/chat/completions"
+    for origin in ("http://localhost:5173", "http://127.0.0.1:3000", "https://localhost", "http://[::1]:8000"):
+        r = browser(origin, "POST", url, CHAT, KEY)
+        assert r.get("status") == 200, (origin, r)
+        reply = json.loads(r["text"])
+        assert reply["object"] == "chat.completion" and reply["usage"]["completion_tokens"] == 3
+        assert r["replica"], "X-Goosedump-Replica is exposed to the page"
+    # an error is the page's to read too (a preflight needs no key; the request does)
+    r = browser("http://localhost:5173", "GET", served.base + "/v1/models", key="wrong")
+    assert r.get("status") == 401 and json.loads(r["text"])["error"]["code"] == "invalid_api_key", r
+    r = browser("http://localhost:5173", "GET", served.base + "/v1/models", key=KEY)
+    assert r.get("status") == 200 and json.loads(r["text"])["data"][0]["id"] == MODEL, r
+
+
+def test_a_page_from_the_wider_web_is_refused_and_the_log_says_how_to_allow_it(browser, served):
+    for origin in ("https://ui.example.com", "http://127.0.0.1.example.com", "http://localhost.example.com:5173"):
+        r = browser(origin, "POST", served.base + "/v1/chat/completions", CHAT, KEY)
+        assert r == {"error": "network error"}, (origin, r)
+    browser("https://ui.example.com", "POST", served.base + "/v1/chat/completions", CHAT, KEY)
+    log = served.log.read_text()
+    assert log.count("a web page from 'https://ui.example.com' was refused (CORS)") == 1, log
+    assert "--cors-origins 'https://ui.example.com'" in log
+
+
+def test_cors_origins_names_others_any_or_none(browser, tiny_path, tmp_path):
+    s = Served(tiny_path, tmp_path / "serve.log", "--cors-origins", "https://ui.example.com/, local")
+    try:
+        url = s.base + "/v1/chat/completions"
+        assert browser("https://ui.example.com", "POST", url, CHAT, KEY).get("status") == 200
+        assert browser("http://localhost:8000", "POST", url, CHAT, KEY).get("status") == 200
+        assert browser("https://other.example.com", "POST", url, CHAT, KEY) == {"error": "network error"}
+    finally:
+        s.stop()
+    s = Served(tiny_path, tmp_path / "any.log", "--cors-origins", "*")
+    try:
+        assert browser("https://other.example.com", "POST", s.base + "/v1/chat/completions", CHAT, KEY).get(
+            "status") == 200
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def model(tiny_path):
+    m = load(tiny_path, n_ctx=256, options=Options.from_env(prompt_cache="off"))
+    yield m
+    m.close()
+
+
+def preflight(c, origin):
+    return c.options("/v1/chat/completions", headers={"Origin": origin, "Access-Control-Request-Method": "POST",
+                                                      "Access-Control-Request-Headers": "authorization,content-type"})
+
+
+def test_off_sends_no_cors_headers_and_local_is_anchored(model):
+    with TestClient(create_app(model, model_name=MODEL, cors_origins="off")) as c:
+        r = preflight(c, "http://localhost:5173")
+        assert r.status_code == 405 and "access-control-allow-origin" not in r.headers
+        r = c.get("/v1/models", headers={"Origin": "http://localhost:5173"})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    with TestClient(create_app(model, model_name=MODEL)) as c:
+        ok = preflight(c, "http://localhost:5173")
+        assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "http://localhost:5173"
+        assert "authorization" in ok.headers["access-control-allow-headers"]
+        for origin in ("http://localhost:5173.example.com", "http://evil.com/http://localhost", "null",
+                       "http://localhost:123456"):
+            r = preflight(c, origin)
+            assert r.status_code == 400 and "access-control-allow-origin" not in r.headers, origin
+
+
+def test_head_answers_as_get_without_its_body(served):
+    for path in ("/", "/api/version", "/health", "/v1/models", "/api/tags"):
+        get = httpx.get(served.base + path, headers={"Authorization": f"Bearer {KEY}"})
+        head = httpx.head(served.base + path, headers={"Authorization": f"Bearer {KEY}"})
+        assert head.status_code == get.status_code == 200, path
+        assert head.content == b"" and head.headers["content-length"] == str(len(get.content)), path
+    assert httpx.head(served.base + "/v1/models").status_code == 401               # the key still guards it
+    assert httpx.head(served.base + "/v1/chat/completions",
+                      headers={"Authorization": f"Bearer {KEY}"}).status_code == 405   # a POST route
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("", "no origin"),
+    ("localhost:3000", "'localhost:3000' is not an origin"),
+    ("local,https://ui.example.com/app", "'https://ui.example.com/app' is not an origin"),
+    ("https://*.example.com", "is not an origin"),
+])
+def test_a_wrong_cors_origins_is_named(tiny_path, value, needle):
+    fail(cli("serve", tiny_path, "--port", str(free_port()), "--cors-origins", value), "--cors-origins", needle)
