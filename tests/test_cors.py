@@ -8,11 +8,9 @@ web is refused (a network error to the page, one note in the server's log);
 --cors-origins names others, '*' any, off none. HEAD answers as GET without
 its body (ollama's CLI checks a server by HEAD / before each command)."""
 import json
-import os
+import re
 import shutil
 import subprocess
-import sys
-import time
 
 import httpx
 import pytest
@@ -22,7 +20,7 @@ from goosedump.model import load
 from goosedump.options import Options
 from goosedump.server.app import create_app
 from test_cli_habits import cli, fail
-from test_server import KEY, MODEL, USER, free_port
+from test_server import KEY, MODEL, USER, Served, free_port
 
 XHR = r"""
 // node xhr.js ORIGIN METHOD URL BODY KEY: one XMLHttpRequest from a page on ORIGIN
@@ -61,39 +59,9 @@ def browser(tmp_path_factory):
     return request
 
 
-class Served:
-    """`goosedump serve` with an API key and extra flags, its log kept."""
-
-    def __init__(self, tiny_path, log, *extra):
-        self.port, self.log = free_port(), log
-        self.base = f"http://127.0.0.1:{self.port}"
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "goosedump", "serve", tiny_path, "--port",
-                                          str(self.port), "--ctx", "256", "--threads", "1", "--model-name", MODEL,
-                                          "--api-key", KEY, *extra], stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, f"serve exited:\n{log.read_text()}"
-            try:
-                if httpx.get(self.base + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"serve did not answer in 60 s:\n{log.read_text()}"
-            time.sleep(0.1)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def served(tiny_path, tmp_path_factory):
-    s = Served(tiny_path, tmp_path_factory.mktemp("cors") / "serve.log")
+    s = Served(tiny_path, tmp_path_factory.mktemp("cors") / "serve.log", "--api-key", KEY)
     yield s
     s.stop()
 
@@ -123,11 +91,35 @@ def test_a_page_from_the_wider_web_is_refused_and_the_log_says_how_to_allow_it(b
     browser("https://ui.example.com", "POST", served.base + "/v1/chat/completions", CHAT, KEY)
     log = served.log.read_text()
     assert log.count("a web page from 'https://ui.example.com' was refused (CORS)") == 1, log
-    assert "--cors-origins 'https://ui.example.com'" in log
+    assert "--cors-origins 'local,https://ui.example.com'" in log
+
+
+def test_a_plain_post_from_a_foreign_page_is_refused_before_the_model_runs(served):
+    """A POST that needs no preflight (text/plain, no key: what a page may
+    send to any address) is refused with a 403, not run with only its answer
+    hidden; the server's own origin and clients without an Origin pass."""
+    def generated():
+        m = re.search(r"^goosedump_generated_tokens_total (\d+)", httpx.get(served.base + "/metrics").text, re.M)
+        return int(m.group(1))
+    before = generated()
+    body = json.dumps(CHAT)
+    r = httpx.post(served.base + "/v1/chat/completions", content=body,
+                   headers={"Origin": "https://ui.example.com", "Content-Type": "text/plain"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed", r.text
+    assert "access-control-allow-origin" not in r.headers
+    r = httpx.post(served.base + "/api/chat", content=json.dumps({"model": MODEL, "messages": USER}),
+                   headers={"Origin": "null"})
+    assert r.status_code == 403 and "may not call this server" in r.json()["error"]        # (ollama's shape)
+    assert generated() == before
+    assert "from 'null' was refused (CORS); only '*' allows it" in served.log.read_text()
+    auth = {"Authorization": f"Bearer {KEY}"}
+    own = httpx.post(served.base + "/v1/chat/completions", json=CHAT, headers={**auth, "Origin": served.base})
+    assert own.status_code == 200, own.text
+    assert httpx.post(served.base + "/v1/chat/completions", json=CHAT, headers=auth).status_code == 200
 
 
 def test_cors_origins_names_others_any_or_none(browser, tiny_path, tmp_path):
-    s = Served(tiny_path, tmp_path / "serve.log", "--cors-origins", "https://ui.example.com/, local")
+    s = Served(tiny_path, tmp_path / "serve.log", "--api-key", KEY, "--cors-origins", "https://ui.example.com/, local")
     try:
         url = s.base + "/v1/chat/completions"
         assert browser("https://ui.example.com", "POST", url, CHAT, KEY).get("status") == 200
@@ -135,7 +127,7 @@ def test_cors_origins_names_others_any_or_none(browser, tiny_path, tmp_path):
         assert browser("https://other.example.com", "POST", url, CHAT, KEY) == {"error": "network error"}
     finally:
         s.stop()
-    s = Served(tiny_path, tmp_path / "any.log", "--cors-origins", "*")
+    s = Served(tiny_path, tmp_path / "any.log", "--api-key", KEY, "--cors-origins", "*")
     try:
         assert browser("https://other.example.com", "POST", s.base + "/v1/chat/completions", CHAT, KEY).get(
             "status") == 200
@@ -155,20 +147,55 @@ def preflight(c, origin):
                                                       "Access-Control-Request-Headers": "authorization,content-type"})
 
 
-def test_off_sends_no_cors_headers_and_local_is_anchored(model):
+def test_off_allows_no_other_origin_and_local_is_anchored(model):
     with TestClient(create_app(model, model_name=MODEL, cors_origins="off")) as c:
         r = preflight(c, "http://localhost:5173")
-        assert r.status_code == 405 and "access-control-allow-origin" not in r.headers
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
         r = c.get("/v1/models", headers={"Origin": "http://localhost:5173"})
-        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+        assert c.get("/v1/models", headers={"Origin": "http://testserver"}).status_code == 200   # its own
+        assert c.get("/v1/models").status_code == 200
     with TestClient(create_app(model, model_name=MODEL)) as c:
-        ok = preflight(c, "http://localhost:5173")
-        assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "http://localhost:5173"
-        assert "authorization" in ok.headers["access-control-allow-headers"]
+        for origin in ("http://localhost:5173", "https://127.0.0.1", "http://0.0.0.0:8080", "vscode-webview://abc",
+                       "app://./index.html"):
+            ok = preflight(c, origin)
+            assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == origin, origin
+            assert "authorization" in ok.headers["access-control-allow-headers"]
         for origin in ("http://localhost:5173.example.com", "http://evil.com/http://localhost", "null",
-                       "http://localhost:123456"):
+                       "http://localhost:123456", "ftp://localhost"):
             r = preflight(c, origin)
             assert r.status_code == 400 and "access-control-allow-origin" not in r.headers, origin
+    # as a browser writes an origin: lower case, no default port
+    with TestClient(create_app(model, model_name=MODEL, cors_origins="HTTPS://UI.Example.com:443/")) as c:
+        assert preflight(c, "https://ui.example.com").status_code == 200
+        assert preflight(c, "http://localhost:5173").status_code == 400
+
+
+def test_head_sends_no_body_at_the_asgi_level(model):
+    """The middleware itself drops the body (uvicorn would too; another
+    ASGI server or a proxy in front need not)."""
+    import anyio
+    app = create_app(model, model_name=MODEL)
+    sent = []
+
+    async def call(method):
+        sent.clear()
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+                 "scheme": "http", "path": "/health", "raw_path": b"/health", "query_string": b"",
+                 "headers": [(b"host", b"testserver")], "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+        await app(scope, receive, send)
+        return list(sent)
+    get, head = anyio.run(call, "GET"), anyio.run(call, "HEAD")
+    body = b"".join(m.get("body", b"") for m in get if m["type"] == "http.response.body")
+    assert json.loads(body)["status"] == "ok"
+    assert head[0]["status"] == 200 and dict(head[0]["headers"])[b"content-length"] == str(len(body)).encode()
+    assert all(m.get("body", b"") == b"" for m in head if m["type"] == "http.response.body")
 
 
 def test_head_answers_as_get_without_its_body(served):
@@ -187,6 +214,10 @@ def test_head_answers_as_get_without_its_body(served):
     ("localhost:3000", "'localhost:3000' is not an origin"),
     ("local,https://ui.example.com/app", "'https://ui.example.com/app' is not an origin"),
     ("https://*.example.com", "is not an origin"),
+    ("http://user@host", "is not an origin"),
+    ("local,*", "* stands alone"),
+    ("off,http://localhost:3000", "off stands alone"),
+    ("http://localhost:70000", "is not an origin"),
 ])
 def test_a_wrong_cors_origins_is_named(tiny_path, value, needle):
     fail(cli("serve", tiny_path, "--port", str(free_port()), "--cors-origins", value), "--cors-origins", needle)

@@ -5,10 +5,7 @@ trickles its body, hundreds of idle connections. Every answer is an
 OpenAI-shaped error (or a normal reply), never a 5xx, and the server keeps
 serving others."""
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -22,6 +19,7 @@ except ImportError:
 from goosedump.model import load
 from goosedump.options import Options
 from goosedump.server.app import create_app
+from test_server import Served
 
 CTX = 256
 USER = [{"role": "user", "content": "hi"}]
@@ -111,25 +109,12 @@ def test_a_prompt_that_exactly_fills_the_context(client):
 
 @pytest.fixture(scope="module")
 def served(tiny_path, tmp_path_factory):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path_factory.mktemp("hostile") / "serve.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "goosedump", "serve", tiny_path, "--port", str(port),
-                                 "--threads", "1", "--ctx", str(CTX), "--model-name", "m", "--body-timeout", "2",
-                                 "--no-prompt-cache"], stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    yield base, port
-    proc.terminate()
-    proc.wait(30)
+    s = Served(tiny_path, tmp_path_factory.mktemp("hostile") / "serve.log", "--ctx", str(CTX), "--model-name", "m",
+               "--body-timeout", "2", "--no-prompt-cache")
+    try:
+        yield s.base, s.port
+    finally:
+        s.stop()
 
 
 def chat_ok(base):

@@ -48,39 +48,50 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_path, tmp_path_factory):
-    """`python -m goosedump.server` on a free port, its API key from the
-    environment (the --api-key default)."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    env = {**os.environ, "GOOSEDUMP_API_KEY": KEY}
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "goosedump.server", tiny_path, "--port", str(port),
-                                 "--ctx", str(CTX), "--threads", "1", "--model-name", MODEL,
-                                 "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
+class Served:
+    """`python -m goosedump.server MODEL` with extra flags on a free port,
+    answering /health; its output in `log`."""
+
+    def __init__(self, tiny_path, log, *extra, env=None):
+        self.port, self.log = free_port(), log
+        self.base = f"http://127.0.0.1:{self.port}"
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "goosedump.server", tiny_path, "--port", str(self.port),
+                                          "--ctx", str(CTX), "--threads", "1", "--model-name", MODEL, *extra],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
         while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the server exited ({proc.returncode}):\n{log_path.read_text()}")
+            if self.proc.poll() is not None:
+                pytest.fail(f"the server exited ({self.proc.returncode}):\n{log.read_text()}")
             try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
+                if httpx.get(self.base + "/health", timeout=1).status_code == 200:
+                    return
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"the server did not answer /health in 60 s:\n{log_path.read_text()}")
+                self.stop()
+                pytest.fail(f"the server did not answer /health in 60 s:\n{log.read_text()}")
             time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
+
+    def stop(self) -> None:
+        self.proc.terminate()
         try:
-            proc.wait(15)
+            self.proc.wait(15)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_path, tmp_path_factory):
+    """The server on a free port, its API key from the environment (the
+    --api-key default)."""
+    s = Served(tiny_path, tmp_path_factory.mktemp("server") / "server.log", "--log-level", "warning",
+               env={**os.environ, "GOOSEDUMP_API_KEY": KEY})
+    try:
+        yield s.base
+    finally:
+        s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,7 @@
-"""goosedump: run GPT-OSS models from their GGUF files on a CPU, in bounded memory.
-
-main(): the parser (parser.py) applied, llama.cpp's habits (llamacpp_flags) and
-errors on one line; commands.py, file_commands.py, bench.py and server/
-run the subcommands (arguments.py checks what they take from the flags).
+"""The command line's entry, main(): the parser (parser.py) applied,
+llama.cpp's habits (llamacpp_flags) and errors on one line; commands.py,
+file_commands.py, bench.py and server/ run the subcommands (arguments.py
+checks what they take from the flags).
 llama.cpp's and ollama's spellings are accepted beside goosedump's own:
 -m/--model, -c/--ctx-size, -t/--threads, -s/--seed (-1: random), -f/--file,
 --n-predict (-1: until the end), --temp, --repeat-penalty, ollama's --think,

@@ -1,5 +1,5 @@
-"""The subcommands that run the model (goosedump.cli builds the parser and calls
-these; file_commands.py holds those about files and traces): each takes
+"""The subcommands that run the model (goosedump.parser builds the parser,
+goosedump.cli calls these; file_commands.py holds those about files and traces): each takes
 the parsed arguments and returns the exit status; errors are raised as
 exceptions that cli.main turns into one line. Their flags are checked and
 read by arguments.py."""

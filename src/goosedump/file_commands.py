@@ -1,5 +1,5 @@
-"""The subcommands about files and traces (goosedump.cli builds the parser and
-calls these; commands.py holds those that run the model): synth, inspect,
+"""The subcommands about files and traces (goosedump.parser builds the parser,
+goosedump.cli calls these; commands.py holds those that run the model): synth, inspect,
 pull, list, plot and cache-sim."""
 from __future__ import annotations
 

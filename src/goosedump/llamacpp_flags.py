@@ -2,7 +2,7 @@
 llama-cli's or llama-bench's documentation (`llama-server -m MODEL -c 0
 -fa on --jinja -ngl 99`) runs unchanged. Three kinds:
 - another spelling of a flag of ours (-np/--parallel is --max-batch, -sys
-  is --system, -hf REPO names the model, ...): cli.py adds those beside ours;
+  is --system, -hf REPO names the model, ...): parser.py adds those beside ours;
 - flags about what goosedump does its own way (GPU offload, batch sizes,
   flash attention, memory locking, the Jinja engine, KV cache types): taken
   and ignored (`add_ignored`), and said in one line at start (`note`);

@@ -207,7 +207,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cors-origins", metavar="LIST", default="local",
                    help="origins whose web pages may call the server from a browser (CORS), comma-separated: "
                         "scheme://host[:port], local (http and https on localhost, 127.0.0.1 and [::1], any "
-                        "port), '*' (any: llama-server's behaviour) or off (default: local, as ollama)")
+                        "port, and desktop apps' schemes), '*' (any: llama-server's behaviour) or off (none); a "
+                        "page of another origin is refused (default: local, as ollama)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info)")
     d = p.add_argument_group("request defaults (llama-server's flags): what a request that does not say gets; "

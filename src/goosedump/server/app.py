@@ -170,9 +170,9 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
     app = FastAPI(title="goosedump", version=__version__, lifespan=lifespan)
     app.state.server = server
     app.add_middleware(Middleware, metrics=server.metrics, api_key=api_key, replica=replica)
-    origins = parse_origins(cors_origins)
-    if origins is not None:      # (added last, so outermost: a preflight is answered before the API key is asked)
-        app.add_middleware(Cors, origins=origins, expose=["X-Goosedump-Replica"])
+    # (added last, so outermost: a preflight is answered, and a page of a foreign origin refused, before
+    # the API key is asked for)
+    app.add_middleware(Cors, origins=parse_origins(cors_origins), expose=["X-Goosedump-Replica"])
 
     @app.exception_handler(APIError)
     async def api_error(request, exc: APIError):
