@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
 import tempfile
 
 from goosedump.vocab import O200K_BASE_SHA256, tiktoken_file_bytes
@@ -39,6 +40,7 @@ def tiktoken_harmony():
             del os.environ["TIKTOKEN_CACHE_DIR"]
         else:
             os.environ["TIKTOKEN_CACHE_DIR"] = old
+        shutil.rmtree(folder, ignore_errors=True)     # (read whole: every test run had left 7 MB in /tmp)
     assert enc.n_vocab == 201088
     return enc
 
@@ -58,3 +60,4 @@ def harmony_encoding():
             del os.environ["TIKTOKEN_ENCODINGS_BASE"]
         else:
             os.environ["TIKTOKEN_ENCODINGS_BASE"] = old
+        shutil.rmtree(folder, ignore_errors=True)     # (read whole, as above)
