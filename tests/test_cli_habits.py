@@ -16,7 +16,7 @@ import pytest
 from goosedump import synth
 
 from test_chat_cli import Terminal
-from test_server import httpx
+from test_server import free_port, httpx
 
 GOOSEDUMP = shutil.which("goosedump", path=os.path.dirname(sys.executable)) or shutil.which("goosedump")
 
@@ -144,12 +144,6 @@ def test_run_without_a_prompt_on_a_terminal_opens_the_chat(tiny_path):
         assert term.proc.wait(timeout=30) == 0
     finally:
         term.close()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_defaults_to_the_model_run_uses(tiny_path, tmp_path):

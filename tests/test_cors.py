@@ -171,6 +171,25 @@ def test_off_allows_no_other_origin_and_local_is_anchored(model):
         assert preflight(c, "http://localhost:5173").status_code == 400
 
 
+def test_an_internal_error_is_a_500_a_page_may_read(model, monkeypatch):
+    """A bug's 500 passes back through the middleware: the page reads it
+    (CORS) and the replica is named, in the API's error shape."""
+    app = create_app(model, model_name=MODEL, replica="r1")
+
+    def broken():
+        raise RuntimeError("boom")
+    monkeypatch.setattr(app.state.server, "model_card", broken)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get("/v1/models", headers={"Origin": "http://localhost:5173"})
+        assert r.status_code == 500, r.text
+        assert r.json()["error"] == {"message": "internal error: RuntimeError: boom", "type": "server_error",
+                                     "param": None, "code": None}
+        assert r.headers["access-control-allow-origin"] == "http://localhost:5173"
+        assert r.headers["x-goosedump-replica"] == "r1"
+        assert c.get("/health").status_code == 200          # the server goes on
+        assert 'endpoint="/v1/models",status="500"' in c.get("/metrics").text
+
+
 def test_head_sends_no_body_at_the_asgi_level(model):
     """The middleware itself drops the body (uvicorn would too; another
     ASGI server or a proxy in front need not)."""

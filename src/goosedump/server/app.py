@@ -188,10 +188,6 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
         msg = f"{request.method} {request.url.path}: {exc.detail}"
         return APIError(exc.status_code, msg, code=code).response(request.url.path)
 
-    @app.exception_handler(Exception)
-    async def server_error(request, exc: Exception):
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response(request.url.path)
-
     @app.get("/health", responses=ERROR_RESPONSES)
     async def health():
         return {"status": "ok", "model": server.name}

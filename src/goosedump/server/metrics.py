@@ -95,7 +95,8 @@ class Middleware:
     """Plain ASGI (it leaves streaming alone): llama-server's aliases as the
     routes they name, HEAD as a GET without its body, the API key on /v1/,
     /api/ (but /api/version) and llama.cpp's routes (GUARDED), then counts
-    every request by endpoint and status, and names the replica."""
+    every request by endpoint and status, names the replica, and answers
+    an internal error with a 500 in the API's shape."""
 
     def __init__(self, app, metrics: Metrics, api_key: str | None, replica: str | None = None):
         self.app, self.metrics = app, metrics
@@ -118,10 +119,12 @@ class Middleware:
         if head:
             scope = {**scope, "method": "GET"}
 
+        started = False
+
         async def send_status(message):
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
                 if self.replica_header is not None:
                     message = {**message, "headers": [*message.get("headers", []), self.replica_header]}
             elif head and message["type"] == "http.response.body":
@@ -136,6 +139,14 @@ class Middleware:
                 await denied.response(path)(scope, receive, send_status)
             else:
                 await self.app(scope, receive, send_status)
+        except Exception as e:
+            # The 500 answered here rather than by Starlette's outermost error
+            # middleware, so that it passes back through this one (the replica
+            # header) and CORS's (a page may read it); re-raised, uvicorn logs it.
+            if not started:
+                error = APIError(500, f"internal error: {type(e).__name__}: {e}")
+                await error.response(path)(scope, receive, send_status)
+            raise
         finally:
             self.metrics.request(endpoint, status)
 
