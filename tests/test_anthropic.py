@@ -18,6 +18,7 @@ from goosedump.reply import ReplyStream
 from goosedump.reply_plan import PlanError, arguments_grammar
 from goosedump.server.anthropic import Message
 from goosedump.server.anthropic_params import MessagesBody, chat_messages, function_tools
+from goosedump.server.errors import APIError
 from goosedump.structured import any_json_object
 from test_server import (HARMONY_REPLY, KEY, MODEL, USER, WEATHER, client, feed_all, httpx,  # noqa: F401
                          no_token_left_stream, post, server)
@@ -91,6 +92,14 @@ def test_anthropic_history_renders_as_the_openai_history(tiny_model):
     assert tools == [WEATHER]
     ids = tiny_model.render_chat(chat_messages(body), tools=tools)
     assert ids == tiny_model.render_chat(openai_history, tools=[WEATHER])
+    # a failed call's result (is_error) reads as an error to the model
+    history[2]["content"][0]["is_error"] = True
+    failed = chat_messages(MessagesBody(max_tokens=8, messages=history, tools=[TOOL]))
+    assert [m["content"] for m in failed if m["role"] == "tool"] == ["Error: 20 C"]
+    assert "Error: 20 C" in tiny_model.tokenizer.decode(tiny_model.render_chat(failed, tools=tools))
+    history[2]["content"][0]["is_error"] = "yes"
+    with pytest.raises(APIError, match=r"messages\[2\]\.content\[0\]\.is_error must be true or false, got 'yes'"):
+        chat_messages(MessagesBody(max_tokens=8, messages=history, tools=[TOOL]))
 
 
 def test_thinking_and_tool_use_blocks_whole_and_streamed(tiny_model):

@@ -56,7 +56,8 @@ def block_text(b: dict, at: str) -> str:
 
 def chat_messages(body: MessagesBody) -> list[dict]:
     """The conversation as OpenAI-style messages. A user turn's tool_result
-    blocks become tool messages (before its text, as the API orders them);
+    blocks become tool messages (before its text, as the API orders them;
+    one whose is_error is true reads "Error: " before its content);
     an assistant turn's thinking, text and tool_use blocks one assistant
     message with reasoning, content and tool calls."""
     out: list[dict] = []
@@ -87,8 +88,12 @@ def chat_messages(body: MessagesBody) -> list[dict]:
                 if not isinstance(call, str) or call not in names:
                     raise bad_request(f"{at}: tool_use_id {call!r} is not the id of an earlier tool_use block",
                                       param="messages")
-                out.append({"role": "tool", "tool_call_id": call,
-                            "content": text_of(b.get("content"), at + ".content")})
+                failed = b.get("is_error", False)
+                if not isinstance(failed, bool):
+                    raise bad_request(f"{at}.is_error must be true or false, got {failed!r}", param="messages")
+                # (harmony has no flag for a failed call: the model reads it in the result's words)
+                result = text_of(b.get("content"), at + ".content")
+                out.append({"role": "tool", "tool_call_id": call, "content": f"Error: {result}" if failed else result})
             else:
                 raise bad_request(f"{at}: a {kind!r} block is not supported in a user turn (text and tool_result "
                                   "are; this model reads text only)", param="messages")
