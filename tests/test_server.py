@@ -649,6 +649,24 @@ def test_disconnect_stops_the_generation(server, client):
     assert 0 < generated < 400
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "x", "max_tokens": 200, "stop": [""]}),
+    ("/v1/completions", {"prompt": ["x", "y"], "max_tokens": 200, "stop": list("abcde")}),
+    ("/v1/responses", {"input": "hi", "stop": list("abcde")}),
+    ("/v1/chat/completions", {"messages": USER, "max_tokens": 200, "stop": [""]}),
+])
+def test_a_refused_stop_list_runs_nothing(server, path, body):
+    """The stop strings are checked before the generation is queued: a 400
+    had left it running (a batch slot held to its token limit)."""
+    before = metrics(server)
+    r = post(server, path, {"model": MODEL, **body})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
+    time.sleep(1.0)
+    after = metrics(server)
+    assert after["goosedump_generated_tokens_total"] == before["goosedump_generated_tokens_total"]
+    assert after["goosedump_active_requests"] == 0 and after["goosedump_queue_length"] == 0
+
+
 def test_metrics_count_requests_and_tokens(server, client):
     before = metrics(server)
     r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=7, temperature=0)

@@ -111,8 +111,8 @@ class TextChoice:
         # kept to rank it, shown only if the request asks for them
         self.shown = body.logprobs is not None
         logprobs = 0 if ranked and body.logprobs is None else body.logprobs
+        self.stop = StopFilter(stop_strings(body.stop))       # (checked before the generation is queued)
         self.sub = server.submit(ids, limit, body, "max_tokens", "prompt", constraint, logprobs, scored)
-        self.stop = StopFilter(stop_strings(body.stop))
         self.logs = None if logprobs is None else \
             TextLogprobs(server.tok, self.sub.gen, self.echo.chars if self.echo else 0)
         self.first, self.score_only = first, score_only

@@ -299,9 +299,10 @@ async def handle(server, body: ResponsesBody, request: Request):
     prompt, plan, effort = render(server, body)
     n = server.limit(body.max_output_tokens, len(prompt), "max_output_tokens", "input")
     n_top = logprobs_asked(body)
+    stops = stop_strings(body.stop)           # (checked before the generation is queued)
     sub = server.submit(prompt, n, body, "max_output_tokens", "input", plan.gate(server.tok), n_top)
     lps = None if n_top is None else ContentLogprobs(server.tok, sub.gen)
-    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stop_strings(body.stop), plan.prefix), lps)
+    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stops, plan.prefix), lps)
     if body.stream:
         return EventStream(resp.stream(), sub.gen)
     await server.run_reply(sub, resp.reply, request, lps)
