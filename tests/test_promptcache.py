@@ -284,6 +284,58 @@ def test_a_folder_that_fails_turns_the_cache_off_not_the_run(tiny_path, folder):
     m.close()
 
 
+def test_an_entry_gone_or_unreadable_costs_the_hit_not_the_cache(tiny_path, folder, monkeypatch):
+    """Another process evicting an entry while this one reads it, or an
+    entry not readable now (too many open files): a cold prefill, the cache
+    still on and the entry not deleted as corrupt (a vanished entry had
+    turned the cache off for the rest of the process)."""
+    from goosedump import promptcache
+    load(tiny_path, folder).generate(RAW, 4)
+    saved = entries(folder)
+    assert saved
+    m = load(tiny_path, folder)
+    pc = m.prompt_cache
+    real_open = open
+
+    def too_many(*a, **kw):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(promptcache, "open", too_many, raising=False)
+    assert m.generate(RAW, 4).cached_tokens == 0
+    assert pc.off is None and pc.rejected == 0 and entries(folder) == saved
+    monkeypatch.setattr(promptcache, "open", real_open, raising=False)
+    pc._folder_mtime = None                   # (the folder unchanged: read it again as a later change would)
+    real_load = pc._load
+
+    def evicted_meanwhile(path, head, cache):
+        arrays = real_load(path, head, cache)
+        os.unlink(path)
+        return arrays
+    monkeypatch.setattr(pc, "_load", evicted_meanwhile)
+    m._cache.reset()
+    assert m.generate(RAW, 4).cached_tokens == len(RAW) - 1      # read before it went: used
+    assert pc.off is None
+    monkeypatch.setattr(pc, "_load", real_load)
+    m._cache.reset()
+    m.generate(RAW, 4)                        # saved again
+    m._cache.reset()
+    assert m.generate(RAW, 4).cached_tokens == len(RAW) - 1 and pc.off is None
+    m.close()
+
+
+def test_a_model_file_removed_after_loading_still_runs_with_its_cache(tiny_path, folder, tmp_path):
+    """The identity reads the time of the file mapped, not of its path then
+    (a file removed or replaced after loading had failed the first request)."""
+    import shutil
+    copy = str(tmp_path / "moved.gguf")
+    shutil.copy(tiny_path, copy)
+    m = load(copy, folder)
+    os.unlink(copy)
+    assert m.generate(RAW, 4).cached_tokens == 0 and entries(folder)
+    m._cache.reset()
+    assert m.generate(RAW, 4).cached_tokens == len(RAW) - 1
+    m.close()
+
+
 def _write_entry_like(path, size, age):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:

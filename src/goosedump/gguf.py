@@ -161,13 +161,14 @@ class GGUFFile:
         self.path = os.fspath(path)
         try:
             with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+                st = os.fstat(f.fileno())
+                size = st.st_size
                 if size == 0:
                     raise GGUFError(f"{self.path}: not a GGUF file: the file is empty")
                 self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except IsADirectoryError:
             raise GGUFError(f"{self.path}: not a GGUF file: it is a directory") from None
-        self.size = size
+        self.size, self.mtime_ns = size, st.st_mtime_ns   # (of the file mapped, should its path change later)
         _ask_for_huge_pages(self._mmap)
         self.buf = np.frombuffer(self._mmap, dtype=np.uint8)
         self.fields: dict[str, Field] = {}

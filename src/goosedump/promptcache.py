@@ -63,7 +63,7 @@ def model_identity(gguf, activations: str) -> str:
                        f"activations={activations}".encode())
     for part in gguf.parts:
         buf, mib = part.buf, 1 << 20
-        h.update(struct.pack("<Qq", part.size, os.stat(part.path).st_mtime_ns))
+        h.update(struct.pack("<Qq", part.size, part.mtime_ns))
         for start in (0, max(0, part.size // 2 - mib // 2), max(0, part.size - mib)):
             h.update(buf[start:start + mib].tobytes())
     return h.hexdigest()[:24]
@@ -132,6 +132,8 @@ class PromptCache:
             return
         if mtime == self._folder_mtime:
             return
+        # (the mtime read before the listing: an entry written during it moves the folder again)
+        self._folder_mtime = mtime
         names = set(self._entries())
         for gone in set(self._index) - names:
             self._drop(gone)
@@ -142,10 +144,6 @@ class PromptCache:
                     self._add(path, head, os.path.getsize(path))
                 except OSError:
                     pass
-        try:
-            self._folder_mtime = os.stat(self.folder).st_mtime_ns
-        except FileNotFoundError:
-            self._folder_mtime = None
 
     # -- reading
     def _entries(self) -> list[str]:
@@ -175,17 +173,34 @@ class PromptCache:
                 raise ValueError("tokens its name does not hash to")
             head["offset"] = _HEAD.size + size
             return head
-        except (OSError, ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
+        except OSError:
+            # (gone, or not readable now: too many open files, another user's; not corrupt)
+            self._drop(path)
+            return None
+        except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
             self._reject(path)
             return None
 
     def _reject(self, path: str) -> None:
+        """An entry whose content failed a check: deleted, never used."""
         self.rejected += 1
         self._drop(path)
         try:
             os.unlink(path)
         except OSError:
             pass
+
+    @staticmethod
+    def _touch(path: str) -> bool:
+        """Mark an entry most recently used; False if it is gone (another
+        process evicted it). A folder that cannot be written keeps its order."""
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            pass
+        return True
 
     def best(self, prompt, cache: KVCache, than: int = 0) -> tuple[str, dict, int] | None:
         """The entry whose state, put into cache, leaves the longest prefix
@@ -241,7 +256,7 @@ class PromptCache:
         cache.n, cache.tokens = n, toks.tolist()
         cache.save_window()
         self.restored += 1
-        os.utime(path)                        # most recently used
+        self._touch(path)
 
     def _load(self, path: str, head: dict, cache: KVCache) -> list | None:
         """The entry's (keys, values) per layer, checked against its checksum
@@ -267,7 +282,10 @@ class PromptCache:
                 arrays.append((ka, va))
             if at != len(payload):
                 raise ValueError("size")
-        except (OSError, ValueError, TypeError):
+        except (OSError, MemoryError):        # (gone, unreadable now, or no room to read it: not corrupt)
+            self._drop(path)
+            return None
+        except (ValueError, TypeError):
             self._reject(path)
             return None
         return arrays
@@ -279,13 +297,7 @@ class PromptCache:
         if self.off is not None:
             return False
         path = os.path.join(self.folder, tokens_key(tokens) + SUFFIX)
-        try:
-            if os.path.exists(path):
-                os.utime(path)
-                return True
-        except OSError as e:
-            self._switch_off(e)
-        return False
+        return os.path.exists(path) and self._touch(path)
 
     def wants(self, tokens) -> bool:
         """Whether saving tokens would write an entry: the cache on, no entry
@@ -302,18 +314,21 @@ class PromptCache:
             self._save(tokens, k_layers, v_layers)
         except OSError as e:
             self._switch_off(e)
+        except MemoryError:
+            pass                              # (no room for a layer's copy now: this entry is not written)
 
     def _save(self, tokens, k_layers, v_layers) -> None:
         n = len(tokens)
-        parts, layers = [], []
-        for k, v in zip(k_layers, v_layers):
-            slots = _kept_positions(n, len(k)) % len(k)
-            parts += [np.ascontiguousarray(k[slots]), np.ascontiguousarray(v[slots])]
-            layers.append((len(k), list(k.shape[1:]), list(v.shape[1:])))
-        payload = b"".join(p.tobytes() for p in parts)
-        head = json.dumps({"identity": self.identity, "engine": __version__, "tokens": [int(t) for t in tokens],
-                           "layers": layers, "checksum": hashlib.blake2b(payload, digest_size=16).hexdigest()}).encode()
-        if _HEAD.size + len(head) + len(payload) > self.cap:
+        layers = [(len(k), list(k.shape[1:]), list(v.shape[1:])) for k, v in zip(k_layers, v_layers)]
+        payload_bytes = sum(len(_kept_positions(n, len(k))) * (k.itemsize * int(np.prod(k.shape[1:])) +
+                                                              v.itemsize * int(np.prod(v.shape[1:])))
+                            for k, v in zip(k_layers, v_layers))
+
+        def header(checksum: str) -> bytes:
+            return json.dumps({"identity": self.identity, "engine": __version__, "tokens": [int(t) for t in tokens],
+                               "layers": layers, "checksum": checksum}).encode()
+        head = header("0" * 32)               # (the checksum's place: the same length once it is known)
+        if _HEAD.size + len(head) + payload_bytes > self.cap:
             return                            # (written, it would only evict everything, itself too)
         os.makedirs(self.folder, exist_ok=True)
         try:
@@ -324,11 +339,21 @@ class PromptCache:
         self._sweep()
         try:
             with os.fdopen(fd, "wb") as f:
+                # a layer at a time (a long prompt's state is hundreds of MB: one
+                # copy of it whole, then another joined, had been held), the
+                # checksum summed as it goes and written in its place at the end
                 f.write(_HEAD.pack(MAGIC, FORMAT, len(head)))
                 f.write(head)
-                f.write(payload)
+                digest = hashlib.blake2b(digest_size=16)
+                for k, v in zip(k_layers, v_layers):
+                    slots = _kept_positions(n, len(k)) % len(k)
+                    for part in (np.ascontiguousarray(k[slots]), np.ascontiguousarray(v[slots])):
+                        digest.update(part)
+                        f.write(part)
+                f.seek(_HEAD.size)
+                f.write(header(digest.hexdigest()))
             os.replace(tmp, os.path.join(self.folder, tokens_key(tokens) + SUFFIX))
-        except OSError:
+        except BaseException:
             try:
                 os.unlink(tmp)                # (a full disk: no half-written file left behind)
             except OSError:
