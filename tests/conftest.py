@@ -9,6 +9,13 @@ from goosedump import synth
 # not defaulted: a cache the environment named would carry state across tests).
 os.environ["GOOSEDUMP_PROMPT_CACHE"] = "off"
 
+# The CLI reads what is piped to stdin beside a prompt's words (as ollama does):
+# the commands the tests start inherit an empty stdin, not whatever the runner's
+# is (a pipe it holds open would cost each a wait); tests that pipe text give it.
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+
 
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory) -> str:

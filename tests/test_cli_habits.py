@@ -131,6 +131,29 @@ def test_positional_prompt_and_piped_stdin(tiny_path):
     other = ids_of(cli("run", tiny_path, "-p", "there Hello", "--temp", "0", "-n", "4", "--json"))
     assert ids_of(cli("run", tiny_path, "--temp", "0", "there", "-n", "4", "Hello", "--json")) == other
     fail(cli("run", tiny_path, "words", "-p", "flag"), "give one prompt")
+    # text piped beside the words goes before them, joined by a space, as ollama joins them
+    # (`cat notes.txt | ollama run MODEL "summarize"`); it had been dropped without a word
+    joined = ids_of(cli("run", tiny_path, "-p", "Paris is big.\n summarize", "--no-escape", "--temp", "0", "-n", "4",
+                        "--json"))
+    assert ids_of(cli("run", tiny_path, "summarize", "--temp", "0", "-n", "4", "--json",
+                      stdin="Paris is big.\n")) == joined != flag
+
+
+def test_a_stdin_held_open_and_silent_is_said_not_waited_on(tiny_path):
+    """A parent that holds stdin open and sends nothing (a script's
+    subprocess): the words are the prompt after a short wait, said."""
+    proc = subprocess.Popen([GOOSEDUMP, "run", tiny_path, "Hello", "there", "--temp", "0", "-n", "4", "--json"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t = time.monotonic()          # (no communicate(): it would close stdin)
+    while proc.poll() is None and time.monotonic() - t < 120:
+        time.sleep(0.1)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        f.close()
+    assert proc.returncode == 0, err
+    assert "stdin is not a terminal but sent nothing in 2 s: not read" in err
+    assert json.loads(out)["token_ids"] == ids_of(cli("run", tiny_path, "-p", "Hello there", "--temp", "0", "-n", "4",
+                                                      "--json"))
 
 
 def test_run_without_a_prompt_on_a_terminal_opens_the_chat(tiny_path):

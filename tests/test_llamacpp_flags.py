@@ -259,3 +259,37 @@ def test_what_the_command_line_gives_wins_over_the_environment(monkeypatch):
     words, said = llamacpp_flags.from_environment(subs["serve"], {"LLAMA_ARG_JINJA": "maybe",
                                                                   "LLAMA_ARG_CONT_BATCHING": "on"}, set())
     assert words == ["-cb"] and said.endswith("-cb (LLAMA_ARG_CONT_BATCHING)")
+
+
+def test_p_reads_escapes_as_llama_cpp_does(tiny_path):
+    """llama.cpp reads -p's \\n, \\t, \\", \\\\, \\xHH ... (its default --escape):
+    a prompt typed for it means the same here; --no-escape takes it as typed,
+    and the words after the model (ollama's) are never read so."""
+    from goosedump.arguments import process_escapes
+
+    def prompt_ids(*args):
+        out = cli("run", tiny_path, "--raw", "-n", "1", "--json", "--temp", "0", *args)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["prompt_token_ids"]
+    typed = prompt_ids("-p", "a\nb\t\"c\" \\ d \u00e9")
+    assert prompt_ids("-p", r"a\nb\t\"c\" \\ d \xc3\xa9") == typed
+    assert prompt_ids("-e", "-p", r"a\nb\t\"c\" \\ d \xC3\xA9") == typed
+    assert prompt_ids("--no-escape", "-p", r"a\nb") == prompt_ids("-p", r"a\\nb") != prompt_ids("-p", r"a\nb")
+    assert prompt_ids(r"a\nb") == prompt_ids("--no-escape", "-p", r"a\nb")
+    fail(cli("run", tiny_path, "-p", r"caf\xc3", "-n", "1"), "-p: its \\x escapes make no UTF-8 text")
+    # as string_process_escapes: an unknown escape, a short \x and a last lone backslash stay as typed
+    assert process_escapes(r"\q \x4 \xzz end\\") == r"\q \x4 \xzz end" + "\\"
+    assert process_escapes("\\") == "\\" and process_escapes(r"\x41") == "A" and process_escapes(r"\'") == "'"
+
+
+@pytest.mark.parametrize("flag", ["-mli", "-hft", "-sp", "-co", "-nr"])
+def test_llama_cpp_longer_short_flags_are_named_not_split(tiny_path, flag):
+    """llama.cpp's -mli, -hft (--hf-token), -sp, ...: argparse had read them
+    as -m li (another model, silently), -h -f t (the help, exit 0), -s p."""
+    out = fail(cli("run", "-m", tiny_path, "-p", "hi", "-n", "1", flag, "x"), f"unrecognized arguments: {flag}")
+    assert "usage:" in out
+
+
+def test_a_short_flag_and_its_number_may_be_joined(tiny_path):
+    joined = cli("run", tiny_path, "-p", "hi", "-n2", "-s1", "-t1", "--json")
+    assert ids_of(joined) == ids_of(cli("run", tiny_path, "-p", "hi", "-n", "2", "-s", "1", "-t", "1", "--json"))

@@ -201,8 +201,10 @@ def read_flag_file(path: str, flag: str, unreadable: str = "{}") -> str:
 
 def read_prompt(args: argparse.Namespace):
     """The prompt the arguments give (text or token ids), or None for none:
-    -p, -f/--prompt-file, --prompt-ids, words after the model (ollama's
-    `run MODEL "prompt"`), else stdin when it is not a terminal."""
+    -p (its escapes read as llama.cpp reads them, unless --no-escape),
+    -f/--prompt-file, --prompt-ids, words after the model (ollama's `run
+    MODEL "prompt"`, after what is piped to stdin, as ollama puts it), else
+    stdin when it is not a terminal."""
     words = list(args.words)
     if args.model_opt is None and words:
         args.model_opt = words.pop(0)          # the first word is the model
@@ -216,8 +218,11 @@ def read_prompt(args: argparse.Namespace):
             raise UsageError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}") from None
     if args.prompt_file is not None:
         text = read_stdin("-f -") if args.prompt_file == "-" else read_flag_file(args.prompt_file, "-f/--file")
+    elif args.prompt is not None:
+        text = process_escapes(args.prompt) if getattr(args, "escape", True) else args.prompt
     elif given:
-        text = given[0]
+        piped = piped_stdin()
+        text = given[0] if not piped else f"{piped} {given[0]}"
     elif sys.stdin.isatty():
         return None
     else:
@@ -225,6 +230,58 @@ def read_prompt(args: argparse.Namespace):
     if not text.strip():
         raise UsageError("the prompt is empty (-p, -f, the words after the model or stdin gave no text)")
     return text
+
+
+ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\"}
+
+
+def process_escapes(text: str) -> str:
+    """llama.cpp's escapes in -p (its string_process_escapes): \\n \\r \\t
+    \\' \\" \\\\ and \\xHH (a byte); any other backslash stays as typed."""
+    raw = text.encode("utf-8", "surrogateescape")
+    out, i, n = bytearray(), 0, len(raw)
+    while i < n:
+        c = raw[i:i + 1]
+        if c == b"\\" and i + 1 < n:
+            e = chr(raw[i + 1])
+            if e in ESCAPES:
+                out += ESCAPES[e].encode()
+                i += 2
+                continue
+            hex2 = raw[i + 2:i + 4]
+            if e == "x" and i + 3 < n and re.fullmatch(rb"[0-9a-fA-F]{2}", hex2):
+                out.append(int(hex2, 16))
+                i += 4
+                continue
+            out += raw[i:i + 2]
+            i += 2
+            continue
+        out += c
+        i += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("-p: its \\x escapes make no UTF-8 text (give the bytes of whole characters, or "
+                         "--no-escape)") from None
+
+
+def piped_stdin(wait: float = 2.0) -> str | None:
+    """What is piped to stdin beside a prompt's words (ollama puts it before
+    them), or None: stdin a terminal, empty, or silent for `wait` seconds
+    (a pipe held open by a parent that sends nothing: said, not waited on)."""
+    import select
+    if sys.stdin is None or sys.stdin.isatty():
+        return None
+    try:
+        ready, _, _ = select.select([sys.stdin.fileno()], [], [], wait)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if not ready:
+        print(f"goosedump: stdin is not a terminal but sent nothing in {wait:g} s: not read (the prompt is the "
+              "words given)", file=sys.stderr)
+        return None
+    text = read_stdin("the text piped to stdin")
+    return text if text.strip() else None
 
 
 def read_stdin(said: str) -> str:

@@ -37,8 +37,11 @@ def unknown_flags(sub: argparse.ArgumentParser, argv: list[str]) -> list[str]:
             flag = a.split("=", 1)[0]
             if any(ch.isspace() for ch in flag):
                 continue            # words, not a flag: a prompt's own text
-            known = flag in opts or (flag.startswith("--") and any(o.startswith(flag) for o in opts)) or (
-                not flag.startswith("--") and flag[:2] in opts)     # an abbreviation; -n5, -t2
+            # (-n5, -t2: a short flag and its value joined; but letters after
+            # one, -mli, -hft, -sp, are llama.cpp's longer flags, which argparse
+            # would read as -m li, -h -f t, -s p)
+            joined = not flag.startswith("--") and flag[:2] in opts and not flag[2:].replace("-", "").isalpha()
+            known = flag in opts or (flag.startswith("--") and any(o.startswith(flag) for o in opts)) or joined
             if not known:
                 out.append(a)
             elif flag in opts and "=" not in a and opts[flag].nargs != 0:

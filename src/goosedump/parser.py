@@ -269,10 +269,14 @@ def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[st
                    "terminal, chat", commands.cmd_run,
             epilog=_epilog(llamacpp_flags.CHAT), formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("words", nargs="*", metavar="MODEL [PROMPT ...]",
-                   help=f"the model, then the user's message as words (ollama's spelling). MODEL: {MODEL_HELP}")
+                   help=f"the model, then the user's message as words (ollama's spelling; text piped to stdin "
+                        f"goes before them, as ollama puts it). MODEL: {MODEL_HELP}")
     _add_model(r, positional=False)
     r.add_argument("-p", "--prompt", help="the user's message (with --raw: text to continue, where special "
                                           "tokens such as <|start|> are recognised)")
+    r.add_argument("-e", "--escape", action="store_true", default=True,
+                   help="read -p's escapes (\\n \\t \\\\ \\xHH ...) as llama.cpp does: the default")
+    r.add_argument("--no-escape", dest="escape", action="store_false", help="take -p's backslashes as typed")
     r.add_argument("-f", "--file", "--prompt-file", dest="prompt_file", metavar="FILE",
                    help="read the prompt from a file (- for stdin)")
     r.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids, run raw (bypasses the "
