@@ -139,6 +139,24 @@ def test_positional_prompt_and_piped_stdin(tiny_path):
                       stdin="Paris is big.\n")) == joined != flag
 
 
+def test_ollama_words_and_shell_habits(tiny_path):
+    """`goosedump` alone prints what it can do; ollama's ls and show; a
+    reader that stops early (`| head`) ends the run quietly (141, as a
+    shell's tools end), not with an error."""
+    alone = cli()
+    assert alone.returncode == 2 and "describe a model file" in alone.stderr and "Traceback" not in alone.stderr
+    shown, inspected = cli("show", tiny_path, "--json"), cli("inspect", tiny_path, "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["tensors"] == json.loads(inspected.stdout)["tensors"]
+    assert cli("ls").returncode == 0
+    proc = subprocess.Popen([GOOSEDUMP, "run", tiny_path, "-p", "hi", "--raw", "-n", "200", "--temp", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(3)
+    proc.stdout.close()                      # the reader had enough
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141 and "Broken pipe" not in err and "Traceback" not in err, err
+
+
 def test_a_stdin_held_open_and_silent_is_said_not_waited_on(tiny_path):
     """A parent that holds stdin open and sends nothing (a script's
     subprocess): the words are the prompt after a short wait, said."""

@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             subs[command].error(f"unrecognized arguments: {' '.join(bad)}")
     args, extra = parser.parse_known_args(argv)
+    if args.command is None:       # `goosedump` alone: what it can do, not argparse's one line
+        parser.print_help(sys.stderr)
+        return 2
     if extra and args.command == "run" and not any(a.startswith("-") for a in extra):
         # `run MODEL -n 64 "prompt"`: argparse gives the positional words only
         # their first run (up to the first flag); the words after a flag are
@@ -99,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         if said:
             print(said, file=sys.stderr)
         return args.func(args)
+    except BrokenPipeError:        # (`goosedump run ... | head`: the reader had enough; quiet, as a shell's tools)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (GGUFError, SizeError, FileNotFoundError, UsageError, ValueError, OSError) as e:
         print(f"goosedump: error: {e}", file=sys.stderr)
         return 2

@@ -256,13 +256,14 @@ def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[st
     from . import __version__
     p = argparse.ArgumentParser(prog="goosedump", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"goosedump {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command")     # (none: main prints the help)
     subs: dict[str, argparse.ArgumentParser] = {}
 
     def add(name: str, help: str, func, **kw) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help, **kw)
         sp.set_defaults(func=func)
-        subs[name] = sp
+        for word in (name, *kw.get("aliases", ())):
+            subs[word] = sp
         return sp
 
     r = add("run", "answer a prompt in the chat format (--raw: plain completion); with no prompt on a "
@@ -337,7 +338,8 @@ def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[st
     _add_profile(b)
     llamacpp_flags.add_ignored(b, llamacpp_flags.ANYWHERE, llamacpp_flags.BENCH)
 
-    i = add("inspect", "describe a model file and the memory a run needs", file_commands.cmd_inspect)
+    i = add("inspect", "describe a model file and the memory a run needs (ollama's show)", file_commands.cmd_inspect,
+            aliases=["show"])
     _add_model(i)
     _add_expert_cache(i, budget_only=True)
     i.add_argument("-c", "--ctx", "--ctx-size", dest="ctx", type=int, default=None,
@@ -347,7 +349,8 @@ def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[st
 
     pu = add("pull", "download a model by name into the Hugging Face cache, without running it", file_commands.cmd_pull)
     _add_model(pu)
-    ls = add("list", "the GGUF models in the Hugging Face cache, with their sizes", file_commands.cmd_list)
+    ls = add("list", "the GGUF models in the Hugging Face cache, with their sizes", file_commands.cmd_list,
+             aliases=["ls"])
     ls.add_argument("--json", action="store_true", help="print one JSON object")
 
     from .recipes import DEFAULT_RECIPE, RECIPES
