@@ -416,6 +416,19 @@ def test_synth_into_a_missing_folder_fails_first(tmp_path):
     assert len(err.strip().splitlines()) == 1 and "%" not in err
 
 
+def test_serve_on_port_0_names_the_port_it_got(tiny_path):
+    proc = subprocess.Popen([GOOSEDUMP, "serve", tiny_path, "--port", "0", "--log-level", "warning"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = next(ln for ln in proc.stderr if ln.startswith("goosedump serve:"))
+        port = int(re.search(r"on http://127\.0\.0\.1:(\d+)/v1", line).group(1))
+        assert port > 0 and httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()["status"] == "ok"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        proc.stderr.close()
+
+
 def test_serve_on_a_port_in_use_says_so(tiny_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

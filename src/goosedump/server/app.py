@@ -240,12 +240,17 @@ def serve(args: argparse.Namespace, model) -> int:
                      max_body_bytes=args.max_body_size, body_timeout=args.body_timeout,
                      chat_template_kwargs=args.chat_template_kwargs, defaults=args.request_defaults,
                      cors_origins=args.cors_origins)
-    print(f"goosedump serve: {name} on http://{args.host}:{args.port}/v1 (context {model.n_ctx} tokens"
-          f"{', API key required' if args.api_key else ''}; ollama's API and Anthropic's /v1/messages at "
-          f"http://{args.host}:{args.port})", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=5)
-    _Uvicorn(config, app.state.server).run()
+    sockets, port = None, args.port
+    if port == 0:       # the port the system gives, bound here so that the line below can say it
+        sockets = [config.bind_socket()]
+        port = sockets[0].getsockname()[1]
+    base = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{port}"
+    print(f"goosedump serve: {name} on {base}/v1 (context {model.n_ctx} tokens"
+          f"{', API key required' if args.api_key else ''}; ollama's API and Anthropic's /v1/messages at "
+          f"{base})", file=sys.stderr, flush=True)
+    _Uvicorn(config, app.state.server).run(sockets=sockets)
     return 0
 
 
