@@ -377,3 +377,18 @@ def test_a_vanishing_temperature_is_greedy(tiny_path):
     assert tiny.returncode == 0, tiny.stderr
     greedy = run_cli(*base, "--temperature", "0")
     assert json.loads(tiny.stdout)["token_ids"] == json.loads(greedy.stdout)["token_ids"]
+
+
+def test_chat_p_is_a_first_message_as_in_llama_cli(tiny_path, tmp_path):
+    """llama-cli's -p in its conversation mode: the first message, answered,
+    then the chat goes on (it was an unknown flag); its escapes read as -p's."""
+    saved = tmp_path / "c.json"
+    out = piped_chat(tiny_path, b"and then?\n/save " + str(saved).encode() + b"\n", "-p", r"Hello\nthere")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.decode().count(" tokens, ") == 2          # two answers
+    users = [m["content"] for m in json.loads(saved.read_text())["messages"] if m["role"] == "user"]
+    assert users == ["Hello\nthere", "and then?"]
+    # the same first answer as the same message typed as the first line
+    typed = piped_chat(tiny_path, b"Hello\n")
+    first = piped_chat(tiny_path, b"", "-p", "Hello")
+    assert first.stdout == typed.stdout and first.returncode == 0

@@ -14,7 +14,8 @@ import time
 
 from .arguments import (UsageError, api_key_from, check_ctx, check_date, check_kv_fits, check_max_tokens,
                         check_output, check_prompt_cache_folder, check_threads, check_vocab, constraint_args,
-                        context_for, flag_error, max_tokens, model_arg, read_prompt, sampling_from, think_args)
+                        context_for, flag_error, max_tokens, model_arg, process_escapes, read_prompt, sampling_from,
+                        think_args)
 from .terminal import ReplyPrinter, print_cache, print_profile, print_reply, print_timings
 
 
@@ -165,6 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from .repl import ChatSession, run_chat
+    first = None if args.prompt is None else process_escapes(args.prompt) if args.escape else args.prompt
     sampling = sampling_from(args)
     date = check_date(args.date)
     check_max_tokens(args)
@@ -177,7 +179,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     session = ChatSession(model, system=args.system, reasoning_effort=args.reasoning_effort, date=date,
                           sampling=sampling, max_tokens=args.max_tokens, show_reasoning=not args.hide_reasoning,
                           profile=args.profile, reasoning_budget=args.reasoning_budget, verbose=args.verbose)
-    return run_chat(session)
+    return run_chat(session, first=first)
 
 
 DEFAULT_MAX_BATCH = 4       # serve's --max-batch (-np), and what llama-server's -np -1 (auto) gives

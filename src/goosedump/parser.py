@@ -251,6 +251,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     return _build_parser(os.environ.get(ENV_API_KEY))
 
 
+def _add_escape(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-e", "--escape", action="store_true", default=True,
+                   help="read -p's escapes (\\n \\t \\\\ \\xHH ...) as llama.cpp does: the default")
+    p.add_argument("--no-escape", dest="escape", action="store_false", help="take -p's backslashes as typed")
+
+
 @functools.lru_cache(maxsize=4)
 def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     from . import __version__
@@ -275,9 +281,7 @@ def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[st
     _add_model(r, positional=False)
     r.add_argument("-p", "--prompt", help="the user's message (with --raw: text to continue, where special "
                                           "tokens such as <|start|> are recognised)")
-    r.add_argument("-e", "--escape", action="store_true", default=True,
-                   help="read -p's escapes (\\n \\t \\\\ \\xHH ...) as llama.cpp does: the default")
-    r.add_argument("--no-escape", dest="escape", action="store_false", help="take -p's backslashes as typed")
+    _add_escape(r)
     r.add_argument("-f", "--file", "--prompt-file", dest="prompt_file", metavar="FILE",
                    help="read the prompt from a file (- for stdin)")
     r.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids, run raw (bypasses the "
@@ -306,6 +310,9 @@ def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[st
     ch = add("chat", "chat with the model in the terminal", commands.cmd_chat,
              epilog=_epilog(llamacpp_flags.CHAT), formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_model(ch)
+    ch.add_argument("-p", "--prompt", help="a first message, answered before the chat goes on (llama-cli's -p in "
+                                           "its conversation mode)")
+    _add_escape(ch)
     ch.add_argument("-n", "--max-tokens", "--n-predict", dest="max_tokens", type=int, default=2048,
                     help="tokens per answer at most (default 2048; -1: until the end of generation or the context)")
     _add_chat_options(ch)

@@ -313,7 +313,9 @@ def typed(prompt: str) -> str:
         return line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
+def run_chat(session: ChatSession, prompt: str = ">>> ", first: str | None = None) -> int:
+    """The chat in the terminal (or from piped lines); first: a message
+    answered before the first line is read."""
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
@@ -343,6 +345,13 @@ def run_chat(session: ChatSession, prompt: str = ">>> ") -> int:
     session.err.write(f"chatting with {session.model.path} (reasoning effort {session.effort}); "
                       f"/help for commands, Ctrl-D to leave\n")
     session.err.flush()
+    if first is not None and first.strip():
+        if not piped:
+            session.err.write(f"{prompt}{first}\n")
+        try:
+            session.ask(first)
+        except KeyboardInterrupt:
+            session.err.write("^C (Ctrl-D or /quit to leave)\n")
     while True:
         # a line, then (a message opened by \"\"\") its further lines; Ctrl-D
         # leaves, Ctrl-C drops what is being typed
