@@ -110,6 +110,12 @@ def test_llama_bench_flags_are_taken(tiny_path):
     (row,) = json.loads(out.stdout)["results"]
     assert (row["prompt_tokens"], row["gen_tokens"]) == (8, 2) and row["decode_tokens_per_s"] > 0
     assert "ignoring llama.cpp's -ngl 99, --flash-attn 1" in out.stderr and "-mmp 0" in out.stderr
+    # llama-bench's -o: json as --json, md the table; the others it writes named as not taken
+    doc = cli("bench", tiny_path, "-p", "8", "-n", "2", "-r", "1", "-o", "json")
+    assert doc.returncode == 0 and json.loads(doc.stdout)["results"][0]["gen_tokens"] == 2, doc.stderr
+    table = cli("bench", tiny_path, "-p", "8", "-n", "2", "-r", "1", "-o", "md")
+    assert table.returncode == 0 and "| model" in table.stdout, table.stderr
+    fail(cli("bench", tiny_path, "-o", "csv"), "-o/--output: invalid choice: 'csv'")
 
 
 def test_api_key_file(tiny_path, tmp_path):

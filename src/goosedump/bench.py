@@ -65,6 +65,8 @@ def measure(model, n_prompt: int, n_gen: int, reps: int, profile: bool, log) -> 
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.output == "json":                 # (llama-bench's -o json)
+        args.json = True
     prompts = int_list(args.prompt_tokens, "-p/--prompt-tokens", 1)
     gens = int_list(args.gen_tokens, "-n/--gen-tokens", 0)
     threads = int_list(args.threads, "-t/--threads", 0)

@@ -342,6 +342,8 @@ def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[st
                    help="repetitions after one warm-up (default 3)")
     _add_expert_cache(b)
     b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("-o", "--output", choices=["md", "json"], default=None,
+                   help="llama-bench's spelling: md the table (the default), json as --json")
     _add_profile(b)
     llamacpp_flags.add_ignored(b, llamacpp_flags.ANYWHERE, llamacpp_flags.BENCH)
 
