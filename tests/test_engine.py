@@ -78,11 +78,31 @@ def test_cancel_stops_a_running_request_and_a_waiting_one(model):
         assert r.stop_reason == "disconnected" and r.generated_tokens < 400
         w = waiting.wait()
         assert w.stop_reason == "client_gone" and w.generated_tokens == 0
+        assert waiting.cache is None      # it took no conversation's cache (nor wrote one to disk)
         # the engine serves the next request normally
         nxt = engine.submit(model.tokenizer.encode("hello world"), 6).wait()
         assert nxt.token_ids == alone(model, model.tokenizer.encode("hello world"), 6)
     finally:
         engine.close()
+
+
+def test_a_generation_ends_once_and_says_so_whatever_its_end_raises(model):
+    """The engine fails a step whose generation's end raised by ending it
+    again: the second end changes nothing (the engine's bookkeeping had run
+    twice, one cache kept for two later requests), and the consumer hears
+    of the end either way (it had waited for ever)."""
+    calls = []
+
+    def before_end(g):
+        calls.append(g)
+        raise MemoryError("no room")
+    gen = model.stepper.new(model.tokenizer.encode("hi"), 2, before_end=before_end)
+    with pytest.raises(MemoryError):
+        gen.end(None, RuntimeError("the first"))
+    gen.end(None, RuntimeError("the second"))
+    assert gen.done and len(calls) == 1
+    with pytest.raises(RuntimeError, match="the first"):
+        gen.wait()
 
 
 def test_errors_are_raised_before_queueing(model):

@@ -98,7 +98,9 @@ class Engine:
                 if gen is None:
                     return
                 self.active += 1
-                if self._run(lambda: stepper.prefill(gen, self._cache_for(gen.prompt)), [gen]):
+                # (cancelled while it waited: no cache, so none is taken from, or written for, another)
+                if self._run(lambda: stepper.prefill(gen, None if gen.cancelled else self._cache_for(gen.prompt)),
+                             [gen]):
                     active.append(gen)
             if active:
                 step = active

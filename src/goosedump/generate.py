@@ -99,6 +99,7 @@ class Generation:
         self._done = threading.Event()
         self._on_event = on_event
         self._before_end = before_end
+        self._ending = False
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._drive: Callable[[Generation], None] | None = None   # set when its consumer drives it
         # the loop's state
@@ -164,17 +165,26 @@ class Generation:
             self._queue.put(event)
 
     def end(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
+        """Once: a second call (the engine failing a step whose end failed)
+        changes nothing; the consumer hears of the end whatever before_end
+        raises (the engine's bookkeeping: had it run twice, one cache would
+        have been kept twice, for two later requests at once)."""
+        if self._ending:
+            return
+        self._ending = True
         if self.unlog is not None:
             self.unlog()
             self.unlog = None
         self.result, self.error = result, error
-        if self._before_end is not None:
-            self._before_end(self)
-        self._done.set()
-        if self._on_event is not None:
-            self._on_event(self, None)
-        else:
-            self._queue.put(_DONE)
+        try:
+            if self._before_end is not None:
+                self._before_end(self)
+        finally:
+            self._done.set()
+            if self._on_event is not None:
+                self._on_event(self, None)
+            else:
+                self._queue.put(_DONE)
 
 
 class Stepper:
@@ -225,7 +235,7 @@ class Stepper:
         return gen
 
     # -- the steps
-    def prefill(self, gen: Generation, cache: KVCache) -> bool:
+    def prefill(self, gen: Generation, cache: KVCache | None) -> bool:
         """Run gen's prompt (past what its cache already holds) and deliver its
         first token; False if it is over."""
         gen.started = t0 = time.perf_counter()
