@@ -210,3 +210,29 @@ def test_a_batched_generation_is_profiled_like_a_lone_one(model):
     # the routing of this request's rows only: one row per token and layer
     decode = ra.profile["phases"]["decode"]["routing"]
     assert decode["selections"] == ra.decode_steps * model.config.n_layer * model.config.n_expert_used
+
+
+def test_a_cancel_is_heard_between_the_layers_of_a_prefill(model, monkeypatch):
+    """A client that leaves during a long prompt's prefill (minutes on a CPU,
+    every other request waiting) stops it at the next layer; the cache is
+    left empty, not half written, and the next request answers as alone."""
+    engine = Engine(model, max_batch=2)
+    prompt = model.tokenizer.encode("a long prompt " * 40)
+    tr = model.stepper.tr
+    real, seen = tr.attention, []
+
+    def attention(L, i, *a, **kw):
+        seen.append(i)
+        if i == 1:
+            gen.cancel("disconnected")        # the client leaves while layer 1 runs
+        return real(L, i, *a, **kw)
+    try:
+        monkeypatch.setattr(tr, "attention", attention)
+        gen = engine.submit(prompt, 8)
+        r = gen.wait()
+        assert r.stop_reason == "disconnected" and r.generated_tokens == 0
+        assert seen == [0, 1] and gen.cache.n == 0      # layers 2.. never ran
+        monkeypatch.setattr(tr, "attention", real)
+        assert engine.submit(prompt, 6).wait().token_ids == alone(model, prompt, 6)
+    finally:
+        engine.close()

@@ -33,6 +33,10 @@ MOE_CHUNK = 512
 PREFETCH_EVICT_TOKENS = 8
 
 
+class Stopped(Exception):
+    """A forward pass stopped between layers (its caller's stop said so)."""
+
+
 def yarn_rope(c: ModelConfig) -> tuple[np.ndarray, float]:
     """Inverse frequencies per rotary pair and the cos/sin scale (YaRN)."""
     d = c.head_dim
@@ -87,27 +91,30 @@ class Transformer:
 
     # -- the whole model -------------------------------------------------------
     def forward(self, tokens: np.ndarray, cache: KVCache, probe: Probe = NO_PROBE,
-                last_only: bool = False, mark: int | None = None) -> np.ndarray:
+                last_only: bool = False, mark: int | None = None, stop=None) -> np.ndarray:
         """Run tokens (appended at cache.n) through the model; the residual
         stream after the last layer [T, D], or only the last token's [1, D] (a
         long prompt need not keep them all). Layer by layer over up to
         `options.prefill_tokens` tokens at once (see _pass). mark: a position
         inside the tokens whose sliding layers' rings are copied as they are
         there (cache.marked = (mark, {layer: (k, v)})), so that the state at
-        the mark can be kept without a second pass. Token ids and the context
-        are checked by the caller (goosedump.generate.check_prompt)."""
+        the mark can be kept without a second pass. stop: asked before each
+        layer; when it answers true, Stopped is raised and the cache holds
+        positions it does not count (the caller resets it). Token ids and the
+        context are checked by the caller (goosedump.generate.check_prompt)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         out = []
         step = max(1, self.options.prefill_tokens)
         cache.marked = None
         for start in range(0, len(tokens), step):
-            x = self._pass(tokens[start:start + step], cache, probe, mark)
+            x = self._pass(tokens[start:start + step], cache, probe, mark, stop)
             out.append(x[-1:] if last_only else x)
         if last_only:
             out = out[-1:]
         return np.concatenate(out) if out else np.empty((0, self.config.n_embd), np.float32)
 
-    def _pass(self, tokens: np.ndarray, cache: KVCache, probe: Probe, mark: int | None = None) -> np.ndarray:
+    def _pass(self, tokens: np.ndarray, cache: KVCache, probe: Probe, mark: int | None = None,
+              stop=None) -> np.ndarray:
         """A prompt's tokens through every layer, layer by layer: attention in
         batches of PREFILL_BATCH (each batch's keys and values enter the cache
         before the next batch reads them), then the experts over all the
@@ -129,7 +136,7 @@ class Transformer:
             def after(i: int, end: int) -> None:
                 if end == at and i in rings:
                     cache.marked[1][i] = (cache.k[i].copy(), cache.v[i].copy())
-        x = self._layers(tokens, np.arange(pos0, pos0 + T), batches, [(pos0, 0, T)], probe, after)
+        x = self._layers(tokens, np.arange(pos0, pos0 + T), batches, [(pos0, 0, T)], probe, after, stop)
         cache.advance(tokens)
         return x
 
@@ -147,18 +154,21 @@ class Transformer:
         return x
 
     def _layers(self, tokens: np.ndarray, positions: np.ndarray, batches, spans, probe: Probe,
-                after=None) -> np.ndarray:
+                after=None, stop=None) -> np.ndarray:
         """The layer loop. batches: (first row, end row, seqs) of the
         attention calls, each after the one before it (seqs' rows relative to
         the batch); the experts take every row at once; spans: (first
         position, first row, end row) of each sequence, for the probe;
-        after(layer, end row): called after each attention batch."""
+        after(layer, end row): called after each attention batch; stop: see
+        forward."""
         c = self.config
         x = np.empty((len(tokens), c.n_embd), np.float32)
         _kernels.get_rows(self.token_embd.fmt, self.token_embd.raw, tokens, x)  # embeddings
         cos, sin = self.rope_tables(positions)
         h = rms_norm(x, self.layers[0].attn_norm, c.rms_eps)
         for i, L in enumerate(self.layers):
+            if stop is not None and stop():
+                raise Stopped(f"stopped before layer {i}")
             if len(batches) == 1:
                 a = self.attention(L, i, h, batches[0][2], cos, sin, probe)
                 if after is not None:

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from .forward import Stopped
 from .kvcache import KVCache
 from .logprobs import Pending, check_logprobs, prompt_logprobs
 from .probe import NO_PROBE, Rows
@@ -262,7 +263,16 @@ class Stepper:
         if gen.recorder is not None:
             gen.recorder.phase("prefill")
         mark = self._mark(gen) if keep is not None else None
-        x = self.tr.forward(gen.prompt_arr[gen.cached:], cache, gen.probe, last_only=not scoring, mark=mark)
+        try:
+            # a long prompt's prefill is minutes on a CPU, every other request waiting for it: a
+            # cancel (a client gone) is heard between layers
+            x = self.tr.forward(gen.prompt_arr[gen.cached:], cache, gen.probe, last_only=not scoring, mark=mark,
+                                stop=lambda: gen.cancelled is not None)
+        except Stopped:
+            cache.reset()                  # (layers past the stop hold positions it does not count)
+            gen.t_prefill = time.perf_counter()
+            self.finish(gen, gen.cancelled)
+            return False
         if scoring:
             with gen.probe.timer("output_head"):
                 gen.prompt_token_logprobs = prompt_logprobs(self.tr.head.logits, x, gen.prompt,
