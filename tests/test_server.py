@@ -667,6 +667,31 @@ def test_a_refused_stop_list_runs_nothing(server, path, body):
     assert after["goosedump_active_requests"] == 0 and after["goosedump_queue_length"] == 0
 
 
+def test_usage_after_a_stop_string_counts_the_tokens_up_to_it(server, client, tiny_model):
+    """completion_tokens is the tokens up to the one that completes the
+    stop string (the engine may be a step or more ahead when it hears)."""
+    prompt = "Once upon a time"
+    ids = tiny_model.generate(tiny_model.tokenizer.encode(prompt), 60, reuse_cache=False).token_ids
+    text = tiny_model.tokenizer.decode(ids)
+    tok, checked = tiny_model.tokenizer, []
+    for at in (len(text) // 3, len(text) // 2):
+        stop = text[at:at + 3]
+        if not stop.strip() or text.find(stop) != at:
+            continue
+        m = next(m for m in range(1, len(ids) + 1) if stop in tok.decode(ids[:m]))
+        for stream in (False, True):
+            kw = dict(model=MODEL, prompt=prompt, max_tokens=60, temperature=0, stop=[stop])
+            if stream:
+                chunks = list(client.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+                got, used = "".join(c.choices[0].text for c in chunks if c.choices), chunks[-1].usage
+            else:
+                r = client.completions.create(**kw)
+                got, used = r.choices[0].text, r.usage
+            assert got == text[:at] and used.completion_tokens == m, (stream, at, used)
+        checked.append(at)
+    assert checked
+
+
 def test_metrics_count_requests_and_tokens(server, client):
     before = metrics(server)
     r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=7, temperature=0)

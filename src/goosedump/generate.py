@@ -97,6 +97,7 @@ class Generation:
         self.result: GenerationResult | None = None
         self.error: BaseException | None = None
         self._cancel: str | None = None
+        self._keep: int | None = None
         self._done = threading.Event()
         self._on_event = on_event
         self._before_end = before_end
@@ -124,7 +125,12 @@ class Generation:
         self.unlog: Callable[[], None] | None = None   # stops that log (at the end, whatever ends it)
 
     # -- for the consumer
-    def cancel(self, reason: str = STOP_CANCELLED) -> None:
+    def cancel(self, reason: str = STOP_CANCELLED, keep: int | None = None) -> None:
+        """Stop before the next step. keep: the tokens the consumer took (a
+        stop string ended there): the result holds no more, though the
+        worker may have made one or two more before it heard."""
+        if keep is not None:
+            self._keep = keep               # (before the reason: the worker reads it once it sees that)
         self._cancel = reason
 
     @property
@@ -406,6 +412,9 @@ class Stepper:
             save(gen.prompt, {i: (k, v) for i, k, v in saved[1]})
 
     def finish(self, gen: Generation, stop: str, eos: int | None = None) -> None:
+        if gen._keep is not None and gen.cancelled is not None and len(gen.generated) > gen._keep:
+            del gen.generated[gen._keep:]     # (made after the consumer's stop: neither shown nor counted)
+            del gen.token_logprobs[gen._keep:]
         if gen.keep:
             gen.keep = False
             self.keep_prompt(gen)

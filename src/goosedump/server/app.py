@@ -25,7 +25,7 @@ from ..reply_plan import PlanError, ReplyPlan, plan_reply
 from ..result import ContextOverflowError
 from ..sampling import SamplingError
 from . import anthropic, chat_completions, completions, llamacpp, ollama, responses, tokens
-from .bridge import Submitted
+from .bridge import Submitted, stop_at_string
 from .cors import Cors, parse_origins
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
@@ -114,8 +114,8 @@ class Server:
         """A token into the reply; a stop string it completes stops the
         generation; lps (ContentLogprobs) takes the token's log-probability."""
         events = reply.feed(token)
-        if reply.stopped and sub.gen.cancelled is None:
-            sub.gen.cancel("stop")
+        if reply.stopped:
+            stop_at_string(sub)
         if lps is not None:
             lps.add(reply)
         return events

@@ -18,6 +18,13 @@ from .errors import bad_request
 from .metrics import Metrics
 
 
+def stop_at_string(sub: "Submitted") -> None:
+    """A stop string ended the reply: the generation stops, its result and
+    usage holding the tokens taken so far (the worker may be a step ahead)."""
+    if sub.gen.cancelled is None:
+        sub.gen.cancel("stop", keep=sub.taken)
+
+
 def cancel_unfinished(gen) -> None:
     """The client went away, the response was abandoned, or never started:
     the engine stops before its next token (a stop string's cancel stays)."""
@@ -33,6 +40,7 @@ class Submitted:
                  prompt_logprobs: int | None = None):
         loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.taken = 0          # token events the consumer has taken (a stop string's cut keeps as many)
 
         def on_event(gen, event) -> None:        # on the engine's thread
             if event is None:
@@ -60,6 +68,8 @@ class Submitted:
                     if self.gen.error is not None:
                         raise self.gen.error
                     return
+                if event[0] is not None:
+                    self.taken += 1
                 yield event
         finally:
             if watcher is not None:

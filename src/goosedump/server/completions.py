@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from ..logprobs import TextLogprobs, completion_logprobs
 from ..reply import StopFilter
 from ..reply_plan import PlanError, raw_constraint
-from .bridge import EventStream, Submitted, cancel_unfinished
+from .bridge import EventStream, Submitted, cancel_unfinished, stop_at_string
 from .choices import candidate_count, choice_count, merged, seeded, summed_usage, watched
 from .errors import bad_request
 from .params import (check_common, check_text_fits, finish_reason, response_id, stop_strings, token_ids,
@@ -209,8 +209,8 @@ async def _cut(sub: Submitted, stop: StopFilter, logs: TextLogprobs | None,
             if not piece:
                 continue
             out = stop.push(piece)
-            if stop.hit and sub.gen.cancelled is None:
-                sub.gen.cancel("stop")
+            if stop.hit:
+                stop_at_string(sub)
             if out:
                 yield out
     if sub.gen.result is not None and not stop.hit:
