@@ -306,8 +306,8 @@ def test_an_entry_gone_or_unreadable_costs_the_hit_not_the_cache(tiny_path, fold
     pc._folder_mtime = None                   # (the folder unchanged: read it again as a later change would)
     real_load = pc._load
 
-    def evicted_meanwhile(path, head, cache):
-        arrays = real_load(path, head, cache)
+    def evicted_meanwhile(path, cache):
+        arrays = real_load(path, cache)
         os.unlink(path)
         return arrays
     monkeypatch.setattr(pc, "_load", evicted_meanwhile)
@@ -333,6 +333,50 @@ def test_a_model_file_removed_after_loading_still_runs_with_its_cache(tiny_path,
     assert m.generate(RAW, 4).cached_tokens == 0 and entries(folder)
     m._cache.reset()
     assert m.generate(RAW, 4).cached_tokens == len(RAW) - 1
+    m.close()
+
+
+def test_an_entry_written_anew_since_it_was_indexed_is_read_as_it_is_now(tiny_path, folder):
+    """Another process writes an entry anew (its header's length follows its
+    run: another context, another header) in the same tick of the folder's
+    clock: the reader takes the header from the file it opens, not the
+    offset it had indexed (which had failed the checksum and deleted a
+    sound entry)."""
+    from goosedump.promptcache import _HEAD
+    load(tiny_path, folder).generate(RAW, 4)
+    m = load(tiny_path, folder)
+    pc = m.prompt_cache
+    pc._sync()                                            # indexed as it is now
+    path = os.path.join(pc.folder, tokens_key(RAW) + SUFFIX)
+    stamp = os.stat(pc.folder).st_mtime_ns
+    with open(path, "rb") as f:
+        magic, fmt, size = _HEAD.unpack(f.read(_HEAD.size))
+        head, payload = json.loads(f.read(size)), f.read()
+    longer = json.dumps(head, indent=2).encode()
+    with open(path + ".new", "wb") as f:
+        f.write(_HEAD.pack(magic, fmt, len(longer)) + longer + payload)
+    os.replace(path + ".new", path)
+    os.utime(pc.folder, ns=(stamp, stamp))                # within the same tick
+    assert m.generate(RAW, 4).cached_tokens == len(RAW) - 1
+    assert pc.rejected == 0 and os.path.exists(path)
+    m.close()
+
+
+def test_the_identity_takes_the_engines_code(tiny_path, monkeypatch):
+    """An engine edited or rebuilt at the same version (from git) computes
+    its own numbers: its Python modules and native extension are hashed
+    into the identity, so another build never reads this one's entries."""
+    from goosedump import promptcache
+    files = promptcache.engine_files()
+    names = {os.path.basename(f) for f in files}
+    assert {"forward.py", "kvcache.py", "promptcache.py", os.path.basename(_kernels.__file__)} <= names
+    assert not any("__pycache__" in f for f in files)
+    m = load(tiny_path)
+    before = model_identity(m.file, "int16")
+    promptcache.engine_digest.cache_clear()
+    monkeypatch.setattr(promptcache, "engine_files", lambda: files[:-1])     # as if a file had changed
+    assert model_identity(m.file, "int16") != before
+    promptcache.engine_digest.cache_clear()
     m.close()
 
 

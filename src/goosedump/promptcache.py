@@ -3,8 +3,8 @@ prompt seen before (the same system prompt and tools, a conversation the
 server set aside, the same command run again) prefills only what is new.
 
 One folder per model identity (the file's bytes sampled and its size, the
-engine version, the kernels' path and arithmetic revision, the numerics
-option): a file per entry, named by the hash of
+engine version and its code's bytes, the kernels' path and arithmetic
+revision, the numerics option): a file per entry, named by the hash of
 its token ids, holding a header (magic, format version, identity, tokens,
 per-layer shapes, a checksum of the payload) and each layer's keys and
 values for the positions it keeps (full layers every position, sliding
@@ -19,6 +19,7 @@ cache, never the run. Restored, a KV state is the very fp16 the cold run
 wrote, so output with it equals a cold run's, bit for bit."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -41,6 +42,8 @@ MIN_TOKENS = 32                    # shorter prefixes are quicker to prefill tha
 MAX_ENTRIES = 256                  # a bound on the headers held and compared per lookup
 IDENTITY = re.compile(r"[0-9a-f]{24}")   # an identity folder's name (model_identity)
 STALE_TMP_SECONDS = 600            # a temporary file older than this is a killed writer's
+# what an entry whose content fails a check raises as it is read (it is deleted)
+BAD_CONTENT = (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError)
 
 
 def default_folder() -> str:
@@ -48,10 +51,34 @@ def default_folder() -> str:
     return os.path.join(base, "goosedump", "prompt-cache")
 
 
+def engine_files() -> list[str]:
+    """The engine's own code, whose bytes model_identity takes: its Python
+    modules and its native extension."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    files = {os.path.join(root, f) for root, dirs, names in os.walk(package) for f in names
+             if f.endswith(".py") and "__pycache__" not in root}
+    return sorted(files | {os.path.abspath(_kernels.__file__)})
+
+
+@functools.lru_cache(maxsize=1)
+def engine_digest() -> bytes:
+    """A hash of engine_files(): an engine rebuilt or edited at the same
+    version (from git, say) computes its own numbers, so it is another
+    identity (the version and the kernels' revision alone are bumped by
+    hand)."""
+    h = hashlib.sha256()
+    package = os.path.dirname(os.path.abspath(__file__))
+    for path in engine_files():
+        with open(path, "rb") as f:
+            h.update(os.path.relpath(path, package).encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    return h.digest()
+
+
 def model_identity(gguf, activations: str) -> str:
     """A short hash standing for the model's bytes and what changes the
     numbers: every part's size, modification time and three 1 MiB samples of
-    it (its header and metadata, the middle, the end), the engine version,
+    it (its header and metadata, the middle, the end), the engine version and
+    its code (engine_digest),
     the kernels' path and arithmetic revision (each path sums in its own
     order) and the activation precision. (The time: a file of the same size
     edited or written again outside the samples is another model; a copy
@@ -61,6 +88,7 @@ def model_identity(gguf, activations: str) -> str:
         path += " halves"    # (MXFP4's, Q8_0's and the one-scale small codes' arithmetic of their own there)
     h = hashlib.sha256(f"goosedump {__version__} numerics={_kernels.NUMERICS} path={path} "
                        f"activations={activations}".encode())
+    h.update(engine_digest())
     for part in gguf.parts:
         buf, mib = part.buf, 1 << 20
         h.update(struct.pack("<Qq", part.size, part.mtime_ns))
@@ -155,31 +183,36 @@ class PromptCache:
     def _header(self, path: str) -> dict | None:
         try:
             with open(path, "rb") as f:
-                magic, fmt, size = _HEAD.unpack(f.read(_HEAD.size))
-                if magic != MAGIC or fmt != FORMAT or size > 64 << 20:
-                    raise ValueError("not an entry of this format")
-                head = json.loads(f.read(size))
-            if not isinstance(head, dict):
-                raise ValueError("a header that is no object")
-            if head["identity"] != self.identity:
-                raise ValueError("another model's entry")
-            toks, layers = head["tokens"], head["layers"]
-            if not (isinstance(toks, list) and all(type(t) is int and 0 <= t < 1 << 31 for t in toks)
-                    and isinstance(layers, list) and isinstance(head["checksum"], str)):
-                raise ValueError("a malformed header")
-            # (the checksum covers the payload: a flipped token in the header
-            # would restore another prompt's state for this one)
-            if os.path.basename(path) != tokens_key(toks) + SUFFIX:
-                raise ValueError("tokens its name does not hash to")
-            head["offset"] = _HEAD.size + size
-            return head
+                return self._read_header(f, path)
         except OSError:
             # (gone, or not readable now: too many open files, another user's; not corrupt)
             self._drop(path)
             return None
-        except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
+        except BAD_CONTENT:
             self._reject(path)
             return None
+
+    def _read_header(self, f, path: str) -> dict:
+        """The header of the entry open in f (left at its payload); raises
+        one of BAD_CONTENT where it fails a check."""
+        magic, fmt, size = _HEAD.unpack(f.read(_HEAD.size))
+        if magic != MAGIC or fmt != FORMAT or size > 64 << 20:
+            raise ValueError("not an entry of this format")
+        head = json.loads(f.read(size))
+        if not isinstance(head, dict):
+            raise ValueError("a header that is no object")
+        if head["identity"] != self.identity:
+            raise ValueError("another model's entry")
+        toks, layers = head["tokens"], head["layers"]
+        if not (isinstance(toks, list) and all(type(t) is int and 0 <= t < 1 << 31 for t in toks)
+                and isinstance(layers, list) and isinstance(head["checksum"], str)):
+            raise ValueError("a malformed header")
+        # (the checksum covers the payload: a flipped token in the header
+        # would restore another prompt's state for this one)
+        if os.path.basename(path) != tokens_key(toks) + SUFFIX:
+            raise ValueError("tokens its name does not hash to")
+        head["offset"] = _HEAD.size + size
+        return head
 
     def _reject(self, path: str) -> None:
         """An entry whose content failed a check: deleted, never used."""
@@ -240,8 +273,8 @@ class PromptCache:
             found = self.best(prompt, cache, than=max(have, MIN_TOKENS - 1))
             if found is None:
                 return
-            path, head, _ = found
-            arrays = self._load(path, head, cache)
+            path = found[0]
+            arrays = self._load(path, cache)
             if arrays is not None:
                 break
         toks = self._index[path][1]
@@ -258,16 +291,20 @@ class PromptCache:
         self.restored += 1
         self._touch(path)
 
-    def _load(self, path: str, head: dict, cache: KVCache) -> list | None:
+    def _load(self, path: str, cache: KVCache) -> list | None:
         """The entry's (keys, values) per layer, checked against its checksum
         and this cache's shapes; None (and the entry deleted) if they fail."""
-        n, layers = len(self._index[path][1]), head["layers"]
+        n = len(self._index[path][1])
         try:
+            with open(path, "rb") as f:
+                # the header again, from the file now open (another process may
+                # have written the entry anew since it was indexed: its layers'
+                # lengths, and so its payload's offset, follow that run's context)
+                head = self._read_header(f, path)
+                payload = f.read()
+            layers = head["layers"]
             if len(layers) != len(cache.k):
                 raise ValueError("another model's layers")
-            with open(path, "rb") as f:
-                f.seek(head["offset"])
-                payload = f.read()
             if hashlib.blake2b(payload, digest_size=16).hexdigest() != head["checksum"]:
                 raise ValueError("checksum")
             arrays, at = [], 0
@@ -285,7 +322,7 @@ class PromptCache:
         except (OSError, MemoryError):        # (gone, unreadable now, or no room to read it: not corrupt)
             self._drop(path)
             return None
-        except (ValueError, TypeError):
+        except BAD_CONTENT:
             self._reject(path)
             return None
         return arrays
