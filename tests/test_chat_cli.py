@@ -67,6 +67,7 @@ def test_run_sampling_flags(tiny_path):
     (["-p", "x", "--date", "June 1st"], "--date must be a real date YYYY-MM-DD, got 'June 1st'"),
     (["-p", "x", "--top-p", "1.5"], "--top-p must be in [0, 1], got 1.5"),
     (["-p", "x", "--temperature", "-1"], "--temperature must be between 0 and 100, got -1.0"),
+    (["--prompt-ids", "1,999999999"], "--prompt-ids: token id 999999999 is outside the vocabulary"),
 ])
 def test_run_chat_errors(tiny_path, args, message):
     out = run_cli("run", tiny_path, *args)

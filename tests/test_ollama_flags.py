@@ -28,6 +28,10 @@ def test_each_spelling_is_the_flag_it_stands_for(tiny_path):
     assert run(tiny_path, "--think", PROMPT) == plain == run(tiny_path, "--think=true", PROMPT)
     assert run(tiny_path, "--think=high", PROMPT) == run(tiny_path, "--reasoning-effort", "high", PROMPT) != plain
     assert run(tiny_path, "--think=false", PROMPT) == run(tiny_path, "--reasoning-budget", "0", PROMPT)
+    # --think false (a space): ollama reads 'false' as the prompt's; so does goosedump, and says so
+    spaced = cli("run", tiny_path, *BASE, "--think", "false", PROMPT)
+    assert spaced.returncode == 0 and "--think takes its value after '=' (--think=false)" in spaced.stderr
+    assert json.loads(spaced.stdout)["prompt_token_ids"] == run(tiny_path, "false " + PROMPT)["prompt"]
     # --format json is JSON mode (ollama's format "json", OpenAI's json_object): no schema in the prompt, where
     # -j names its schema in the developer message
     json_mode, schema = run(tiny_path, "--format", "json", PROMPT), run(tiny_path, "-j", '{"type": "object"}', PROMPT)

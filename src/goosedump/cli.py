@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # ollama's --think takes its value only as --think=VALUE (alone: true), so
     # the word after a bare --think is the prompt's, as ollama reads it
+    for a, word in zip(argv, argv[1:]):
+        if a == "--think" and word.lower() in ("true", "false", "low", "medium", "high"):
+            print(f"goosedump: --think takes its value after '=' (--think={word.lower()}), as ollama's: "
+                  f"'{word}' is read as the prompt's first word", file=sys.stderr)
     argv = llamacpp_flags.normalise(["--think=true" if a == "--think" else a for a in argv])
     command = next((a for a in argv if not a.startswith("-")), None)
     if command in subs:   # an unknown flag: the subcommand's own usage, not the top level's

@@ -101,6 +101,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for path, flag in outputs:
         check_output(path, flag, model)
     check_vocab(sampling, model)
+    if isinstance(prompt, list) and prompt and not 0 <= min(prompt) <= max(prompt) < model.config.n_vocab:
+        bad = next(t for t in prompt if not 0 <= t < model.config.n_vocab)
+        raise UsageError(f"--prompt-ids: token id {bad} is outside the vocabulary (0..{model.config.n_vocab - 1})")
     say_budget(model)
     model.stepper             # (mapped now: --verbose's load duration)
     loaded = time.perf_counter()
