@@ -22,11 +22,13 @@ def _gitsha(b: bytes) -> str:
 
 class Hub:
     """repos: {"org/name": {"path/in/repo": bytes}}. Use as a context manager;
-    .endpoint is the URL for HF_ENDPOINT; .log the requests seen."""
+    .endpoint is the URL for HF_ENDPOINT; .log the requests seen, .tokens
+    the bearer token each sent."""
 
     def __init__(self, repos: dict[str, dict[str, bytes]]):
         self.repos = repos
         self.log: list[str] = []
+        self.tokens: list[str | None] = []     # each request's bearer token (None: none sent)
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,6 +48,8 @@ class Hub:
                 u = urlparse(self.path)
                 p, q = unquote(u.path), parse_qs(u.query)
                 hub.log.append(f"{self.command} {p}")
+                auth = self.headers.get("Authorization") or ""
+                hub.tokens.append(auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None)
                 for repo, files in hub.repos.items():
                     api = f"/api/models/{repo}"
                     if p.startswith(f"{api}/tree/"):

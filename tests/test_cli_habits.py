@@ -145,6 +145,7 @@ def test_ollama_words_and_shell_habits(tiny_path):
     shell's tools end), not with an error."""
     alone = cli()
     assert alone.returncode == 2 and "describe a model file" in alone.stderr and "Traceback" not in alone.stderr
+    fail(cli("--bogus"), "unrecognized arguments: --bogus")
     shown, inspected = cli("show", tiny_path, "--json"), cli("inspect", tiny_path, "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["tensors"] == json.loads(inspected.stdout)["tensors"]
     assert cli("ls").returncode == 0

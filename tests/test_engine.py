@@ -1,5 +1,6 @@
 """The engine: queued requests, decoded together, each equal to its answer
 alone; cancellation; errors before queueing."""
+import dataclasses
 import threading
 
 import numpy as np
@@ -214,25 +215,33 @@ def test_a_batched_generation_is_profiled_like_a_lone_one(model):
 
 def test_a_cancel_is_heard_between_the_layers_of_a_prefill(model, monkeypatch):
     """A client that leaves during a long prompt's prefill (minutes on a CPU,
-    every other request waiting) stops it at the next layer; the cache is
-    left empty, not half written, and the next request answers as alone."""
+    every other request waiting) stops it at the next layer; the cache keeps
+    the passes done, its rings as they were there, so a retry prefills only
+    the rest and answers as alone."""
     engine = Engine(model, max_batch=2)
     prompt = model.tokenizer.encode("a long prompt " * 40)
+    assert len(prompt) > 96
     tr = model.stepper.tr
-    real, seen = tr.attention, []
+    monkeypatch.setattr(tr, "options", dataclasses.replace(tr.options, prefill_tokens=32))   # passes of 32
+    real, seen, box, bound = tr.attention, [], {}, threading.Event()
 
     def attention(L, i, *a, **kw):
         seen.append(i)
-        if i == 1:
-            gen.cancel("disconnected")        # the client leaves while layer 1 runs
+        if i == 1 and seen.count(1) == 3:         # the client leaves in the third pass
+            bound.wait(30)
+            box["gen"].cancel("disconnected")
         return real(L, i, *a, **kw)
     try:
         monkeypatch.setattr(tr, "attention", attention)
-        gen = engine.submit(prompt, 8)
+        box["gen"] = gen = engine.submit(prompt, 8)
+        bound.set()
         r = gen.wait()
         assert r.stop_reason == "disconnected" and r.generated_tokens == 0
-        assert seen == [0, 1] and gen.cache.n == 0      # layers 2.. never ran
+        layers = len(tr.layers)
+        assert seen == list(range(layers)) * 2 + [0, 1]      # two passes whole, the third to layer 1
+        assert gen.cache.n == 64 and gen.cache.tokens == prompt[:64]
         monkeypatch.setattr(tr, "attention", real)
-        assert engine.submit(prompt, 6).wait().token_ids == alone(model, prompt, 6)
+        again = engine.submit(prompt, 6).wait()
+        assert again.cached_tokens == 64 and again.token_ids == alone(model, prompt, 6)
     finally:
         engine.close()

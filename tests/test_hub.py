@@ -47,6 +47,20 @@ def run(hub, cache, *args, offline=False):
     return out
 
 
+def test_hf_token_is_llama_cpps_hft(hub, tmp_path):
+    """llama.cpp's -hft TOKEN reaches the Hub as the bearer token (it had
+    been read as -h -f t: the help, exit 0)."""
+    env_token = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    before = len(hub.tokens)
+    out = subprocess.run([sys.executable, "-m", "goosedump", "pull", f"{REPO}:Q4_K_M", "-hft", "hf_secret123"],
+                         capture_output=True, text=True, env={**env_token, "HF_ENDPOINT": hub.endpoint,
+                                                              "HF_HUB_CACHE": str(tmp_path),
+                                                              "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+    assert out.returncode == 0, out.stderr
+    sent = [t for line, t in zip(hub.log[before:], hub.tokens[before:]) if REPO in line]     # (the repo's routes)
+    assert sent and set(sent) == {"hf_secret123"}
+
+
 def test_a_quant_tag_downloads_the_whole_split_set(hub, tmp_path):
     parts = sorted(f for f in hub.files if f.startswith("Q8_0/"))
     assert len(parts) >= 3

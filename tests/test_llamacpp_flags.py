@@ -288,10 +288,10 @@ def test_p_reads_escapes_as_llama_cpp_does(tiny_path):
     assert process_escapes("\\") == "\\" and process_escapes(r"\x41") == "A" and process_escapes(r"\'") == "'"
 
 
-@pytest.mark.parametrize("flag", ["-mli", "-hft", "-sp", "-co", "-nr"])
+@pytest.mark.parametrize("flag", ["-mli", "-sp", "-co", "-nr", "-tps"])
 def test_llama_cpp_longer_short_flags_are_named_not_split(tiny_path, flag):
-    """llama.cpp's -mli, -hft (--hf-token), -sp, ...: argparse had read them
-    as -m li (another model, silently), -h -f t (the help, exit 0), -s p."""
+    """llama.cpp's -mli, -sp, -tps, ...: argparse had read them as -m li
+    (another model, silently), -s p, -t ps."""
     out = fail(cli("run", "-m", tiny_path, "-p", "hi", "-n", "1", flag, "x"), f"unrecognized arguments: {flag}")
     assert "usage:" in out
 

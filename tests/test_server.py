@@ -679,15 +679,16 @@ def test_usage_after_a_stop_string_counts_the_tokens_up_to_it(server, client, ti
         if not stop.strip() or text.find(stop) != at:
             continue
         m = next(m for m in range(1, len(ids) + 1) if stop in tok.decode(ids[:m]))
-        for stream in (False, True):
-            kw = dict(model=MODEL, prompt=prompt, max_tokens=60, temperature=0, stop=[stop])
+        # (max_tokens m + 1: the engine ends on its own, a token past the stop, before the stop is heard)
+        for stream, limit in ((False, 60), (True, 60), (False, m + 1), (True, m + 1)):
+            kw = dict(model=MODEL, prompt=prompt, max_tokens=limit, temperature=0, stop=[stop])
             if stream:
                 chunks = list(client.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
                 got, used = "".join(c.choices[0].text for c in chunks if c.choices), chunks[-1].usage
             else:
                 r = client.completions.create(**kw)
                 got, used = r.choices[0].text, r.usage
-            assert got == text[:at] and used.completion_tokens == m, (stream, at, used)
+            assert got == text[:at] and used.completion_tokens == m, (stream, limit, at, used)
         checked.append(at)
     assert checked
 

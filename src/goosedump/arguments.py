@@ -261,6 +261,8 @@ def process_escapes(text: str) -> str:
     try:
         return out.decode("utf-8")
     except UnicodeDecodeError:
+        if raw.decode("utf-8", "replace") != text:     # (bytes as typed that are no UTF-8: left as they came)
+            return out.decode("utf-8", "surrogateescape")
         raise UsageError("-p: its \\x escapes make no UTF-8 text (give the bytes of whole characters, or "
                          "--no-escape)") from None
 

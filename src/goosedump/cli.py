@@ -49,6 +49,18 @@ def unknown_flags(sub: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return out
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has left (not another pipe,
+    a socket's, that broke)."""
+    import select
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _serve_environment(parser, serve, argv: list[str], args: argparse.Namespace) -> argparse.Namespace:
     """serve's arguments with llama-server's LLAMA_ARG_* variables for the
     flags the command line leaves out (llamacpp_flags.from_environment): a
@@ -88,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
             subs[command].error(f"unrecognized arguments: {' '.join(bad)}")
     args, extra = parser.parse_known_args(argv)
     if args.command is None:       # `goosedump` alone: what it can do, not argparse's one line
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         parser.print_help(sys.stderr)
         return 2
+    if getattr(args, "hf_token", None):
+        os.environ["HF_TOKEN"] = args.hf_token      # (llama.cpp's -hft: huggingface_hub reads it there)
     if extra and args.command == "run" and not any(a.startswith("-") for a in extra):
         # `run MODEL -n 64 "prompt"`: argparse gives the positional words only
         # their first run (up to the first flag); the words after a flag are
@@ -106,9 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         if said:
             print(said, file=sys.stderr)
         return args.func(args)
-    except BrokenPipeError:        # (`goosedump run ... | head`: the reader had enough; quiet, as a shell's tools)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    except BrokenPipeError as e:
+        if _stdout_gone():         # (`goosedump run ... | head`: the reader had enough; quiet, as a shell's tools)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        print(f"goosedump: error: {e}", file=sys.stderr)
+        return 2
     except (GGUFError, SizeError, FileNotFoundError, UsageError, ValueError, OSError) as e:
         print(f"goosedump: error: {e}", file=sys.stderr)
         return 2

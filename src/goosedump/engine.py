@@ -156,7 +156,8 @@ class Engine:
             if gen.error is not None:
                 gen.cache.reset()
             self._idle.append(gen.cache)
-            self._prompt_len[id(gen.cache)] = 0 if gen.error is not None else len(gen.prompt)
+            # (a prefill stopped midway holds part of its prompt: a retry of it is its own)
+            self._prompt_len[id(gen.cache)] = 0 if gen.error is not None else min(len(gen.prompt), gen.cache.n)
         keep = self.model.stepper.prompt_cache
         for dropped in self._idle[:-self.max_batch]:
             self._prompt_len.pop(id(dropped), None)

@@ -99,15 +99,22 @@ class Transformer:
         inside the tokens whose sliding layers' rings are copied as they are
         there (cache.marked = (mark, {layer: (k, v)})), so that the state at
         the mark can be kept without a second pass. stop: asked before each
-        layer; when it answers true, Stopped is raised and the cache holds
-        positions it does not count (the caller resets it). Token ids and the
-        context are checked by the caller (goosedump.generate.check_prompt)."""
+        layer; when it answers true, Stopped is raised, the cache filled to
+        the start of the pass it stopped in, its rings as they were there
+        (saved at each pass's start). Token ids and the context are checked
+        by the caller (goosedump.generate.check_prompt)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         out = []
         step = max(1, self.options.prefill_tokens)
         cache.marked = None
         for start in range(0, len(tokens), step):
-            x = self._pass(tokens[start:start + step], cache, probe, mark, stop)
+            if stop is not None:
+                cache.save_window()       # (a stop within the pass puts the rings back as they are now)
+            try:
+                x = self._pass(tokens[start:start + step], cache, probe, mark, stop)
+            except Stopped:
+                cache.restore_window()
+                raise
             out.append(x[-1:] if last_only else x)
         if last_only:
             out = out[-1:]

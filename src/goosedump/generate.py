@@ -97,7 +97,6 @@ class Generation:
         self.result: GenerationResult | None = None
         self.error: BaseException | None = None
         self._cancel: str | None = None
-        self._keep: int | None = None
         self._done = threading.Event()
         self._on_event = on_event
         self._before_end = before_end
@@ -125,13 +124,21 @@ class Generation:
         self.unlog: Callable[[], None] | None = None   # stops that log (at the end, whatever ends it)
 
     # -- for the consumer
-    def cancel(self, reason: str = STOP_CANCELLED, keep: int | None = None) -> None:
-        """Stop before the next step. keep: the tokens the consumer took (a
-        stop string ended there): the result holds no more, though the
-        worker may have made one or two more before it heard."""
-        if keep is not None:
-            self._keep = keep               # (before the reason: the worker reads it once it sees that)
+    def cancel(self, reason: str = STOP_CANCELLED) -> None:
         self._cancel = reason
+
+    def cut(self, n: int, tokenizer) -> None:
+        """Hold only the first n generated tokens in the result (a stop
+        string the consumer found ended there: the worker may have made more
+        before it heard, or ended for another reason first). For the
+        consumer, once it has heard of the end."""
+        r = self.result
+        if r is None or len(r.token_ids) <= n:
+            return
+        r.token_ids = r.token_ids[:n]
+        r.text = tokenizer.decode(r.token_ids)
+        if r.logprobs is not None:
+            r.logprobs = r.logprobs[:n]
 
     @property
     def cancelled(self) -> str | None:
@@ -274,8 +281,7 @@ class Stepper:
             # cancel (a client gone) is heard between layers
             x = self.tr.forward(gen.prompt_arr[gen.cached:], cache, gen.probe, last_only=not scoring, mark=mark,
                                 stop=lambda: gen.cancelled is not None)
-        except Stopped:
-            cache.reset()                  # (layers past the stop hold positions it does not count)
+        except Stopped:                    # (the cache holds the passes done: a retry starts there)
             gen.t_prefill = time.perf_counter()
             self.finish(gen, gen.cancelled)
             return False
@@ -412,9 +418,6 @@ class Stepper:
             save(gen.prompt, {i: (k, v) for i, k, v in saved[1]})
 
     def finish(self, gen: Generation, stop: str, eos: int | None = None) -> None:
-        if gen._keep is not None and gen.cancelled is not None and len(gen.generated) > gen._keep:
-            del gen.generated[gen._keep:]     # (made after the consumer's stop: neither shown nor counted)
-            del gen.token_logprobs[gen._keep:]
         if gen.keep:
             gen.keep = False
             self.keep_prompt(gen)

@@ -84,6 +84,16 @@ class KVCache:
         wrapped the rings."""
         self._saved = (self.n, [(i, self.k[i].copy(), self.v[i].copy()) for i, _ in self.rings])
 
+    def restore_window(self) -> None:
+        """Back to where save_window was called: its rings, and n (a pass
+        stopped midway wrote positions past it into some layers)."""
+        n, rings = self._saved
+        for i, k, v in rings:
+            self.k[i][...] = k
+            self.v[i][...] = v
+        self.n = n
+        del self.tokens[n:]
+
     def _restorable(self, p: int) -> bool:
         return self._saved is not None and p <= self._saved[0] and self._rings_hold(p, self._saved[0])
 

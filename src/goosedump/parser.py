@@ -71,6 +71,8 @@ def _add_model(p: argparse.ArgumentParser, positional: bool = True) -> None:
                    help="the model, as a flag (llama.cpp's spelling; -hf REPO[:QUANT] too)")
     p.add_argument("-hff", "--hf-file", dest="hf_file", metavar="FILE", default=None,
                    help="with -hf REPO: the file in it (llama.cpp's flag; the same as the name REPO:FILE)")
+    p.add_argument("-hft", "--hf-token", dest="hf_token", metavar="TOKEN", default=None,
+                   help="the Hugging Face token for a gated or private repo (llama.cpp's flag; default $HF_TOKEN)")
 
 
 def _add_expert_cache(p: argparse.ArgumentParser, budget_only: bool = False) -> None:

@@ -88,7 +88,7 @@ def chat_messages(body: MessagesBody) -> list[dict]:
                 if not isinstance(call, str) or call not in names:
                     raise bad_request(f"{at}: tool_use_id {call!r} is not the id of an earlier tool_use block",
                                       param="messages")
-                failed = b.get("is_error", False)
+                failed = b.get("is_error") or False        # (null: unset, as clients write it)
                 if not isinstance(failed, bool):
                     raise bad_request(f"{at}.is_error must be true or false, got {failed!r}", param="messages")
                 # (harmony has no flag for a failed call: the model reads it in the result's words)

@@ -19,10 +19,13 @@ from .metrics import Metrics
 
 
 def stop_at_string(sub: "Submitted") -> None:
-    """A stop string ended the reply: the generation stops, its result and
-    usage holding the tokens taken so far (the worker may be a step ahead)."""
+    """A stop string ended the reply: the generation stops, and its result
+    (usage, token ids) will hold the tokens taken so far, not those the
+    worker made before it heard or ended for another reason meanwhile."""
+    if sub.stopped_at is None:
+        sub.stopped_at = sub.taken
     if sub.gen.cancelled is None:
-        sub.gen.cancel("stop", keep=sub.taken)
+        sub.gen.cancel("stop")
 
 
 def cancel_unfinished(gen) -> None:
@@ -40,7 +43,9 @@ class Submitted:
                  prompt_logprobs: int | None = None):
         loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.taken = 0          # token events the consumer has taken (a stop string's cut keeps as many)
+        self.taken = 0          # token events the consumer has taken
+        self.stopped_at: int | None = None     # how many when a stop string ended the reply
+        self.tokenizer = engine.model.tokenizer
 
         def on_event(gen, event) -> None:        # on the engine's thread
             if event is None:
@@ -63,6 +68,8 @@ class Submitted:
             while True:
                 event = await self.queue.get()
                 if event is None:
+                    if self.stopped_at is not None:     # (the result is settled once the end is heard)
+                        self.gen.cut(self.stopped_at, self.tokenizer)
                     if isinstance(self.gen.error, NoTokenLeft):     # the request's doing: a 400
                         raise bad_request(str(self.gen.error)) from None
                     if self.gen.error is not None:
