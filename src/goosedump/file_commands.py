@@ -158,7 +158,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"({r['expert_slots_total']} experts in all)")
     place = "all experts used in place, no copies" if m["experts_in_place"] else \
         f"{m['expert_slots']} of {r['expert_slots_total']} slots"
-    print(f"memory for a run with --expert-cache {fb(m['expert_cache_budget'])} at --ctx {m['ctx']}:")
+    chosen = f"auto ({fb(m['expert_cache_budget'])})" if m["auto"] else fb(m["expert_cache_budget"])
+    print(f"memory for a run with --expert-cache {chosen} at --ctx {m['ctx']}:")
     if m["auto"]:
         print(f"  ({m['auto']})")
     print(f"  dense weights {fb(m['dense'])} + expert cache {fb(m['expert_cache'])} ({place})")

@@ -369,7 +369,7 @@ def _build_parser(api_key: str | None) -> tuple[argparse.ArgumentParser, dict[st
     s = add("synth", "write a synthetic GPT-OSS GGUF (real layout and vocabulary, random weights)",
             file_commands.cmd_synth)
     s.add_argument("--preset", choices=sorted(PRESETS), required=True,
-                   help="tiny (4 layers, 8 experts, 39 MB), tiny-120b (120b's 36 layers x 128 experts at tiny "
+                   help="tiny (4 layers, 8 experts, 41 MB), tiny-120b (120b's 36 layers x 128 experts at tiny "
                         "widths), 20b (the real layout: 12.1 GB in the mxfp4 recipe), 120b (about 65 GB)")
     s.add_argument("--out", required=True, help="output file (a split set: its parts are named after it, "
                                                 "NAME-00001-of-0000N.gguf ...)")
