@@ -245,3 +245,32 @@ def test_a_cancel_is_heard_between_the_layers_of_a_prefill(model, monkeypatch):
         assert again.cached_tokens == 64 and again.token_ids == alone(model, prompt, 6)
     finally:
         engine.close()
+
+
+def test_one_generations_failure_ends_it_alone(model):
+    """A generation whose constraint fails mid-answer ends with that error;
+    the others decoded in the same batch go on, equal to their answers alone
+    (the whole batch had failed with it)."""
+    class Breaks:
+        def __init__(self):
+            self.calls = 0
+
+        def allowed(self):
+            self.calls += 1
+            if self.calls == 3:
+                raise RuntimeError("the grammar's matcher failed")
+            return np.ones(model.config.n_vocab, bool)
+
+        def advance(self, token):
+            pass
+    engine = Engine(model, max_batch=2)
+    try:
+        prompts = [model.tokenizer.encode(t) for t in ("hello world", "The cat sat on the")]
+        broken = engine.submit(prompts[0], 8, constraint=Breaks())
+        fine = engine.submit(prompts[1], 8)
+        with pytest.raises(RuntimeError, match="matcher failed"):
+            broken.wait()
+        assert fine.wait().token_ids == alone(model, prompts[1], 8)
+        assert engine.submit(prompts[0], 4).wait().token_ids == alone(model, prompts[0], 4)
+    finally:
+        engine.close()

@@ -324,8 +324,12 @@ class Stepper:
             g.compute_seconds += dt
             if g.recorder is not None:
                 g.recorder.token(token, dt)
-            if self.accept(g, token):
-                still.append(g)
+            try:
+                if self.accept(g, token):
+                    still.append(g)
+            except Exception as e:       # (its constraint, its consumer's callback) it alone ends
+                if not g.done:
+                    g.end(None, e)
         return still
 
     def pick(self, gens: list[Generation], x: np.ndarray, probe) -> list[int | None]:
@@ -345,17 +349,16 @@ class Stepper:
         for g, row in zip(gens, logits):
             if g.logprobs is not None:          # the model's own distribution, before any mask
                 g.pending = Pending(row, g.logprobs)
-        with probe.timer("constraint"):
-            for g, row in zip(gens, logits):
-                if g.constraint is not None:
-                    row[~g.constraint.allowed()] = -np.inf
         out: list[int | None] = []
         for g, row in zip(gens, logits):
             try:
+                if g.constraint is not None:
+                    with probe.timer("constraint"):
+                        row[~g.constraint.allowed()] = -np.inf
                 out.append(best(row) if g.sampling.plain_greedy else
                            sample(row, g.sampling, g.rng, g.prompt_arr, np.asarray(g.generated, dtype=np.int64)))
-            except NoTokenLeft as e:     # this generation ends with the error; the batch's others go on
-                out.append(None)
+            except Exception as e:       # (NoTokenLeft, a constraint's failure) this generation ends with
+                out.append(None)         # the error; the batch's others go on
                 g.end(None, e)
         return out
 
