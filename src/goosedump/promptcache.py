@@ -69,8 +69,11 @@ def engine_digest() -> bytes:
     h = hashlib.sha256()
     package = os.path.dirname(os.path.abspath(__file__))
     for path in engine_files():
-        with open(path, "rb") as f:
-            h.update(os.path.relpath(path, package).encode() + b"\0" + hashlib.sha256(f.read()).digest())
+        try:
+            with open(path, "rb") as f:
+                h.update(os.path.relpath(path, package).encode() + b"\0" + hashlib.sha256(f.read()).digest())
+        except OSError:         # (an editor's dangling lock file, .#name.py: no module of the engine)
+            continue
     return h.digest()
 
 
