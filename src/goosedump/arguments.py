@@ -219,7 +219,7 @@ def read_prompt(args: argparse.Namespace):
     if args.prompt_file is not None:
         text = read_stdin("-f -") if args.prompt_file == "-" else read_flag_file(args.prompt_file, "-f/--file")
     elif args.prompt is not None:
-        text = process_escapes(args.prompt) if getattr(args, "escape", True) else args.prompt
+        text = prompt_flag(args)
     elif given:
         piped = piped_stdin()
         text = given[0] if not piped else f"{piped} {given[0]}"
@@ -230,6 +230,14 @@ def read_prompt(args: argparse.Namespace):
     if not text.strip():
         raise UsageError("the prompt is empty (-p, -f, the words after the model or stdin gave no text)")
     return text
+
+
+def prompt_flag(args: argparse.Namespace) -> str | None:
+    """-p as the model reads it: its escapes read as llama.cpp reads them,
+    unless --no-escape."""
+    if args.prompt is None:
+        return None
+    return process_escapes(args.prompt) if args.escape else args.prompt
 
 
 ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\"}

@@ -14,7 +14,7 @@ import time
 
 from .arguments import (UsageError, api_key_from, check_ctx, check_date, check_kv_fits, check_max_tokens,
                         check_output, check_prompt_cache_folder, check_threads, check_vocab, constraint_args,
-                        context_for, flag_error, max_tokens, model_arg, process_escapes, read_prompt, sampling_from,
+                        context_for, flag_error, max_tokens, model_arg, prompt_flag, read_prompt, sampling_from,
                         think_args)
 from .terminal import ReplyPrinter, print_cache, print_profile, print_reply, print_timings
 
@@ -101,9 +101,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for path, flag in outputs:
         check_output(path, flag, model)
     check_vocab(sampling, model)
-    if isinstance(prompt, list) and prompt and not 0 <= min(prompt) <= max(prompt) < model.config.n_vocab:
-        bad = next(t for t in prompt if not 0 <= t < model.config.n_vocab)
-        raise UsageError(f"--prompt-ids: token id {bad} is outside the vocabulary (0..{model.config.n_vocab - 1})")
+    if isinstance(prompt, list):
+        from .generate import check_prompt
+        try:
+            check_prompt(prompt, model.config.n_vocab)
+        except ValueError as e:
+            raise UsageError(f"--prompt-ids: {e}") from None
     say_budget(model)
     model.stepper             # (mapped now: --verbose's load duration)
     loaded = time.perf_counter()
@@ -169,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from .repl import ChatSession, run_chat
-    first = None if args.prompt is None else process_escapes(args.prompt) if args.escape else args.prompt
+    first = prompt_flag(args)
     sampling = sampling_from(args)
     date = check_date(args.date)
     check_max_tokens(args)

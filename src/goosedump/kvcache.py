@@ -87,12 +87,14 @@ class KVCache:
     def restore_window(self) -> None:
         """Back to where save_window was called: its rings, and n (a pass
         stopped midway wrote positions past it into some layers)."""
-        n, rings = self._saved
-        for i, k, v in rings:
+        self._put_back_rings()
+        self.n = self._saved[0]
+        del self.tokens[self.n:]
+
+    def _put_back_rings(self) -> None:
+        for i, k, v in self._saved[1]:
             self.k[i][...] = k
             self.v[i][...] = v
-        self.n = n
-        del self.tokens[n:]
 
     def _restorable(self, p: int) -> bool:
         return self._saved is not None and p <= self._saved[0] and self._rings_hold(p, self._saved[0])
@@ -103,9 +105,7 @@ class KVCache:
         p = max(0, min(p, self.n))
         if not self._rings_hold(p, self.n):
             if self._restorable(p):
-                for i, k, v in self._saved[1]:
-                    self.k[i][...] = k
-                    self.v[i][...] = v
+                self._put_back_rings()
             else:
                 p = 0
         if self._saved is not None and p < self._saved[0]:
