@@ -423,7 +423,15 @@ def test_serve_on_port_0_names_the_port_it_got(tiny_path):
     try:
         line = next(ln for ln in proc.stderr if ln.startswith("goosedump serve:"))
         port = int(re.search(r"on http://127\.0\.0\.1:(\d+)/v1", line).group(1))
-        assert port > 0 and httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()["status"] == "ok"
+        assert port > 0
+        deadline = time.monotonic() + 60       # (the line comes as the server starts, before it listens)
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()["status"] == "ok"
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not answer"
+                time.sleep(0.2)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
