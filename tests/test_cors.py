@@ -10,6 +10,7 @@ its body (ollama's CLI checks a server by HEAD / before each command)."""
 import json
 import re
 import shutil
+import socket
 import subprocess
 
 import httpx
@@ -19,6 +20,7 @@ from starlette.testclient import TestClient
 from goosedump.model import load
 from goosedump.options import Options
 from goosedump.server.app import create_app
+from goosedump.server.hosts import checked_hosts, host_name, is_loopback
 from test_cli_habits import cli, fail
 from test_server import KEY, MODEL, USER, Served, free_port
 
@@ -240,3 +242,81 @@ def test_head_answers_as_get_without_its_body(served):
 ])
 def test_a_wrong_cors_origins_is_named(tiny_path, value, needle):
     fail(cli("serve", tiny_path, "--port", str(free_port()), "--cors-origins", value), "--cors-origins", needle)
+
+
+# --- DNS rebinding: the Host names a server on a loopback address answers (serve's --allowed-hosts) ---
+
+def generated_tokens(base):
+    m = re.search(r"^goosedump_generated_tokens_total (\d+)", httpx.get(base + "/metrics").text, re.M)
+    return int(m.group(1))
+
+
+def test_a_page_that_rebinds_its_name_to_this_machine_is_refused(served):
+    """What a browser sends once a site has pointed its own name at
+    127.0.0.1: the site's name in Host, its origin in Origin (the server's
+    own origin to the browser, so CORS lets it through) and, on a GET, no
+    Origin at all. The server refuses both before the model runs; the names
+    of this machine, addresses and local names pass."""
+    port = served.port
+    auth = {"Authorization": f"Bearer {KEY}"}
+    before = generated_tokens(served.base)
+    host = f"rebind.example.com:{port}"
+    r = httpx.get(served.base + "/v1/models", headers={**auth, "Host": host})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "host_not_allowed", r.text
+    assert "--allowed-hosts" in r.json()["error"]["message"] and "'rebind.example.com:" in r.json()["error"]["message"]
+    r = httpx.post(served.base + "/v1/chat/completions", json=CHAT,
+                   headers={**auth, "Host": host, "Origin": f"http://{host}"})
+    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers, r.text
+    r = httpx.post(served.base + "/api/chat", json={"model": MODEL, "messages": USER}, headers={**auth, "Host": host})
+    assert r.status_code == 403 and "does not answer to the host name" in r.json()["error"]    # (ollama's shape)
+    assert generated_tokens(served.base) == before
+    for name in ("localhost", "LocalHost.", "127.0.0.1", "[::1]", "127.1.2.3", "192.168.1.20", "app.localhost",
+                 "printer.local", "host.docker.internal", socket.gethostname()):
+        for h in (name, f"{name}:{port}"):
+            r = httpx.get(served.base + "/v1/models", headers={**auth, "Host": h})
+            assert r.status_code == 200, (h, r.text)
+    assert httpx.post(served.base + "/v1/chat/completions", json=CHAT,
+                      headers={**auth, "Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"}
+                      ).status_code == 200
+
+
+def test_allowed_hosts_names_others_or_any(tiny_path, tmp_path):
+    s = Served(tiny_path, tmp_path / "serve.log", "--allowed-hosts", "llm.example.com, *.corp.example")
+    try:
+        def status(host):
+            return httpx.get(s.base + "/v1/models", headers={"Host": host}).status_code
+        assert status("llm.example.com") == 200 and status(f"LLM.example.com:{s.port}") == 200
+        assert status("a.corp.example") == 200 and status("b.a.corp.example") == 200
+        assert status("corp.example") == 403 and status("other.example.com") == 403
+        assert status("localhost") == 200                    # the local names stay
+    finally:
+        s.stop()
+    s = Served(tiny_path, tmp_path / "any.log", "--allowed-hosts", "*")
+    try:
+        assert httpx.get(s.base + "/v1/models", headers={"Host": "rebind.example.com"}).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_which_servers_check_their_host():
+    """A loopback address checks by default; another address is reached by
+    whatever names point at it, so it checks only the names given."""
+    for bind in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost", "LOCALHOST"):
+        assert is_loopback(bind) and checked_hosts(bind) == [socket.gethostname().lower().removesuffix(".")], bind
+    for bind in ("0.0.0.0", "::", "192.168.1.5", "myhost"):
+        assert not is_loopback(bind) and checked_hosts(bind) is None, bind
+    assert checked_hosts("0.0.0.0", "llm.example.com")[1:] == ["llm.example.com"]
+    assert checked_hosts("127.0.0.1", "*") is None
+    assert [host_name(h) for h in ("Example.COM:8080", "[::1]:80", "[::1]", "a.b.", "", "x:")] == \
+        ["example.com", "::1", "::1", "a.b", "", "x"]
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("", "no name"),
+    ("http://llm.example.com", "is not a host name"),
+    ("llm.example.com:8080", "is not a host name"),
+    ("local,*", "'*' stands alone"),
+    ("a..b/c", "is not a host name"),
+])
+def test_a_wrong_allowed_hosts_is_named(tiny_path, value, needle):
+    fail(cli("serve", tiny_path, "--port", str(free_port()), "--allowed-hosts", value), "--allowed-hosts", needle)

@@ -210,6 +210,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         parse_origins(args.cors_origins)
     except CorsError as e:
         raise UsageError(str(e)) from None
+    from .server.hosts import HostsError, parse_hosts
+    try:
+        parse_hosts(args.allowed_hosts)
+    except HostsError as e:
+        raise UsageError(str(e)) from None
     from .server.metrics import api_keys
     from .server.params import request_defaults, template_kwargs_flag
     args.chat_template_kwargs = template_kwargs_flag(args.chat_template_kwargs)

@@ -211,6 +211,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "scheme://host[:port], local (http and https on localhost, 127.0.0.1 and [::1], any "
                         "port, and desktop apps' schemes), '*' (any: llama-server's behaviour) or off (none); a "
                         "page of another origin is refused (default: local, as ollama)")
+    p.add_argument("--allowed-hosts", metavar="LIST", default="local",
+                   help="on a loopback --host, the Host names answered besides addresses, localhost, this "
+                        "machine's name and names under .localhost, .local and .internal (a web page that rebinds "
+                        "its own name to 127.0.0.1 is refused, as by ollama): comma-separated names, *.example.com "
+                        "for those under it (checked on any --host), or '*' for any (default: local)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info)")
     d = p.add_argument_group("request defaults (llama-server's flags): what a request that does not say gets; "

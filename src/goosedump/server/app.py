@@ -27,6 +27,7 @@ from ..sampling import SamplingError
 from . import anthropic, chat_completions, completions, llamacpp, ollama, responses, tokens
 from .bridge import Submitted, stop_at_string
 from .cors import Cors, parse_origins
+from .hosts import HostCheck, checked_hosts
 from .errors import BODY_IDLE_SECONDS, DEFAULT_MAX_BODY, APIError, bad_request, chat_error, parse_body, validation_error
 from .metrics import Metrics, Middleware
 from .params import (RequestDefaults, TemplateOptions, check_text_fits, context_error, max_tokens, sampling_params,
@@ -149,7 +150,8 @@ class Server:
 def create_app(model, *, model_name: str, api_key: str | None = None, max_batch: int | None = None,
                replica: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
                body_timeout: float = BODY_IDLE_SECONDS, chat_template_kwargs: dict | None = None,
-               defaults: RequestDefaults | None = None, cors_origins: str = "local") -> FastAPI:
+               defaults: RequestDefaults | None = None, cors_origins: str = "local",
+               allowed_hosts: list[str] | None = None) -> FastAPI:
     """The FastAPI application serving `model` under the id `model_name`;
     with api_key, /v1/ wants 'Authorization: Bearer <api_key>'. Every
     response carries X-Goosedump-Replica: `replica` (default: this host and
@@ -158,7 +160,9 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
     stops arriving for body_timeout seconds with a 408. chat_template_kwargs:
     defaults for every request's (llama.cpp's --chat-template-kwargs);
     defaults: what a request leaves unsaid (serve's --temp, -n, ...).
-    cors_origins: the web pages' origins that may call it (cors.py)."""
+    cors_origins: the web pages' origins that may call it (cors.py);
+    allowed_hosts: None, or the Host names it answers besides the local
+    ones (hosts.py, for a server on a loopback address)."""
     server = Server(model, model_name, max_batch, chat_template_kwargs, defaults)
     replica = replica or f"{os.uname().nodename}:{os.getpid()}"
 
@@ -173,6 +177,8 @@ def create_app(model, *, model_name: str, api_key: str | None = None, max_batch:
     # (added last, so outermost: a preflight is answered, and a page of a foreign origin refused, before
     # the API key is asked for)
     app.add_middleware(Cors, origins=parse_origins(cors_origins), expose=["X-Goosedump-Replica"])
+    if allowed_hosts is not None:       # (outermost: a rebinding page is refused before anything else answers it)
+        app.add_middleware(HostCheck, extra=allowed_hosts)
 
     @app.exception_handler(APIError)
     async def api_error(request, exc: APIError):
@@ -239,7 +245,7 @@ def serve(args: argparse.Namespace, model) -> int:
     app = create_app(model, model_name=name, api_key=args.api_key, max_batch=args.max_batch,
                      max_body_bytes=args.max_body_size, body_timeout=args.body_timeout,
                      chat_template_kwargs=args.chat_template_kwargs, defaults=args.request_defaults,
-                     cors_origins=args.cors_origins)
+                     cors_origins=args.cors_origins, allowed_hosts=checked_hosts(args.host, args.allowed_hosts))
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=5)
     sockets, port = None, args.port

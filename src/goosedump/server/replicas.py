@@ -25,6 +25,8 @@ import signal
 import sys
 import threading
 
+from .hosts import checked_hosts
+
 APP_NAME = "goosedump"
 ROUTER = "goosedump.server.affinity:SessionAffinityRouter"
 # a replica being stopped (scale down, shutdown) finishes what it serves for this long
@@ -51,7 +53,8 @@ def replica_spec(args: argparse.Namespace, model) -> dict:
             "api_key": args.api_key, "model_name": args.model_name,
             "prompt_cache": model.options.prompt_cache or "off", "prompt_cache_bytes": model.options.prompt_cache_bytes,
             "max_body_bytes": args.max_body_size, "body_timeout": args.body_timeout,
-            "cors_origins": args.cors_origins, "chat_template_kwargs": args.chat_template_kwargs,
+            "cors_origins": args.cors_origins, "allowed_hosts": checked_hosts(args.host, args.allowed_hosts),
+            "chat_template_kwargs": args.chat_template_kwargs,
             "defaults": dataclasses.asdict(args.request_defaults)}
 
 
@@ -76,7 +79,7 @@ def build_replica_app(spec: dict):
     app = create_app(model, model_name=name, api_key=spec["api_key"], max_batch=spec["max_batch"],
                      max_body_bytes=spec["max_body_bytes"], body_timeout=spec["body_timeout"],
                      chat_template_kwargs=spec["chat_template_kwargs"], defaults=RequestDefaults(**spec["defaults"]),
-                     cors_origins=spec["cors_origins"], replica=f"{replica}@{os.uname().nodename}:{os.getpid()}")
+                     cors_origins=spec["cors_origins"], allowed_hosts=spec["allowed_hosts"], replica=f"{replica}@{os.uname().nodename}:{os.getpid()}")
     _LIVE["server"] = app.state.server
     return app
 
