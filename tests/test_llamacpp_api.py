@@ -9,7 +9,7 @@ import json
 import pytest
 
 from goosedump.sampling import SamplingParams
-from test_server import KEY, MODEL, client, httpx, no_token_left_stream, post, server  # noqa: F401 (fixtures)
+from test_server import CTX, KEY, MODEL, client, httpx, no_token_left_stream, post, server  # noqa: F401 (fixtures)
 
 PROMPT = "Once upon a time"
 BODY = {"prompt": PROMPT, "n_predict": 16, "seed": 9, "temperature": 0.8, "top_k": 50, "return_tokens": True}
@@ -76,7 +76,9 @@ def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
 @pytest.mark.parametrize("body,phrase", [
     ({"prompt": [-1]}, "prompt holds -1"),
     ({"prompt": []}, "The prompt is empty"),
-    ({"n_predict": 0}, "n_predict must be a number of tokens >= 1"),
+    ({"n_predict": -3}, "n_predict must be a number of tokens >= 1"),
+    ({"n_predict": None, "max_tokens": "x"}, "max_tokens must be a number of tokens"),
+    ({"prompt": ["Once", " upon"]}, "a list of 2 texts is 2 prompts"),
     ({"top_p": 1.01}, "top_p must be in [0, 1]"),
     ({"repeat_penalty": 0}, "repeat_penalty must be a finite number greater than 0"),
     ({"mirostat": 2}, "no mirostat sampler"),
@@ -90,6 +92,7 @@ def test_stop_words_probs_grammar_and_bias(server, client, tiny_model):
     ({"dry_multiplier": 0.8}, "dry_multiplier=0.8 is not supported"),
     ({"xtc_probability": 0.5}, "xtc_probability=0.5 is not supported"),
     ({"ignore_eos": True}, "ignore_eos=True is not supported"),
+    ({"n_probs": 2, "post_sampling_probs": True}, "post_sampling_probs=True is not supported"),
     ({"n_predict": True}, "n_predict"),
     ({"prompt": [True, "hi"]}, "prompt"),
     ({"stream": "yes"}, "stream"),
@@ -179,3 +182,40 @@ def test_llama_servers_aliases_are_the_routes_they_name(server, client):
         r = post(server, path, body, key=None)
         assert r.status_code == 401, (path, r.status_code)
     assert post(server, "/chat/completions", {"model": MODEL, "messages": []}).json()["error"]["param"] == "messages"
+
+
+def test_limits_as_llama_server_reads_them(server, tiny_model):
+    """n_predict is a most (past the context the answer stops where it is
+    full); max_tokens where n_predict is not given; 0 evaluates the prompt
+    alone (the next request with it finds it cached); a null stop is none;
+    predicted_per_second is predicted_n over predicted_ms."""
+    n_prompt = len(tiny_model.tokenizer.encode(PROMPT))
+    r = post(server, "/completion", {"prompt": PROMPT, "n_predict": 10 ** 6, "temperature": 0}).json()
+    assert (r["stop_type"], r["tokens_predicted"]) == ("limit", CTX - n_prompt), r["tokens_predicted"]
+    t = r["timings"]
+    assert abs(t["predicted_per_second"] - t["predicted_n"] / t["predicted_ms"] * 1e3) < 1e-6 * t["predicted_per_second"]
+    assert post(server, "/completion", {"prompt": PROMPT, "max_tokens": 3}).json()["tokens_predicted"] == 3
+    assert post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, "max_tokens": 5,
+                                        "stop": None}).json()["tokens_predicted"] == 2
+    prompt = PROMPT + " in a land far away"
+    warm = post(server, "/completion", {"prompt": prompt, "n_predict": 0, "n_probs": 2, "return_tokens": True}).json()
+    assert (warm["content"], warm["tokens"], warm["tokens_predicted"], warm["stop_type"]) == ("", [], 0, "limit")
+    assert warm["completion_probabilities"] == [] and warm["timings"]["predicted_n"] == 0
+    assert warm["tokens_evaluated"] == len(tiny_model.tokenizer.encode(prompt))
+    after = post(server, "/completion", {"prompt": prompt + " there lived", "n_predict": 1}).json()
+    assert after["tokens_cached"] >= warm["tokens_evaluated"] - 1, after
+    events = stream(server, {"prompt": prompt, "n_predict": 0})
+    assert len(events) == 1 and events[0]["stop"] and events[0]["content"] == "" and events[0]["tokens_predicted"] == 0
+
+
+def test_probs_end_with_the_tokens_a_stop_word_kept(server):
+    """The engine may make a token or more past a stop word before it hears
+    of it: n_probs has one entry per token returned, whole and streamed."""
+    greedy = {"prompt": PROMPT, "n_predict": 30, "temperature": 0}
+    text = post(server, "/completion", greedy).json()["content"]
+    k = next(k for k in range(len(text) // 2, len(text) - 4) if text.find(text[k:k + 4]) == k and text[k:k + 4].strip())
+    body = {**greedy, "stop": [text[k:k + 4]], "n_probs": 1, "return_tokens": True}
+    r = post(server, "/completion", body).json()
+    assert r["stop_type"] == "word" and len(r["completion_probabilities"]) == len(r["tokens"]) == r["tokens_predicted"]
+    events = stream(server, body)
+    assert sum(len(e.get("completion_probabilities", [])) for e in events) == events[-1]["tokens_predicted"]

@@ -6,8 +6,10 @@ messages render as the OpenAI history they mean; a reply's thinking and
 tool calls in ollama's shapes (on token streams made by hand: the random
 tiny model writes no harmony by itself); every refused request named, in
 ollama's error shape."""
+import datetime as dt
 import json
 import os
+import re
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -49,6 +51,9 @@ def test_the_model_as_ollama_lists_and_shows_it(api, server, tiny_path):
     assert m.details.quantization_level == max(by_type, key=by_type.get)
     (p,) = api.ps().models
     assert p.model == MODEL and p.context_length == CTX and p.size == m.size
+    # ollama's CLI shows a digest's first 12 characters (and fails on none), ps "Forever" past 20 years ahead
+    assert re.fullmatch("[0-9a-f]{64}", m.digest) and p.digest == m.digest, (m.digest, p.digest)
+    assert p.expires_at > dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=21 * 365), p.expires_at
     for name in (MODEL, MODEL + ":latest"):
         s = api.show(name)
         assert s.modelinfo["general.architecture"] == "gpt-oss" and s.modelinfo["general.parameter_count"] == params
@@ -137,6 +142,12 @@ def test_ollama_history_renders_as_the_openai_history(tiny_model):
     ids = tiny_model.render_chat(chat_messages(mine), tools=tools)
     assert ids == tiny_model.render_chat(theirs, tools=tools)
     assert "<|start|>functions.get_time to=assistant" in tiny_model.tokenizer.decode(ids)
+    # results in another order than the calls, each naming its call by tool_call_id (ollama's ids), no tool_name
+    mine[2]["tool_calls"] = [{**c, "id": i} for c, i in zip(mine[2]["tool_calls"], ("a", "b"))]
+    mine[3:] = [{"role": "tool", "content": "noon", "tool_call_id": "b"},
+                {"role": "tool", "content": "20 C", "tool_call_id": "a"}]
+    theirs[3:] = theirs[:2:-1]
+    assert tiny_model.render_chat(chat_messages(mine), tools=tools) == tiny_model.render_chat(theirs, tools=tools)
 
 
 def test_thinking_and_tool_calls_in_ollamas_shapes(tiny_model):
@@ -151,7 +162,8 @@ def test_thinking_and_tool_calls_in_ollamas_shapes(tiny_model):
     calls = [tc for c in chunks for tc in c.message.tool_calls or []]
     assert [(tc.function.name, dict(tc.function.arguments)) for tc in calls] == [("get_weather", {"city": "Paris"})]
     assert [tool_call(i) for i in turn.items if i.kind == "tool_call"] == [
-        {"function": {"name": "get_weather", "arguments": json.loads(turn.tool_calls[0]["function"]["arguments"])}}]
+        {"id": turn.tool_calls[0]["id"],
+         "function": {"name": "get_weather", "arguments": json.loads(turn.tool_calls[0]["function"]["arguments"])}}]
     texts = [GenerateResponse.model_validate(gen.chunk(**p)) for p in pieces(events) if "calls" not in p]
     assert "".join(t.response for t in texts) == turn.content
     assert "".join(t.thinking or "" for t in texts) == turn.reasoning
@@ -172,7 +184,6 @@ def test_thinking_and_tool_calls_in_ollamas_shapes(tiny_model):
     ("/api/chat", {"messages": USER, "options": {"temperature": "hot"}}, "options.temperature: Input should be"),
     ("/api/chat", {"messages": USER, "options": {"seed": 1.5}}, "options.seed: Input should be a valid integer"),
     ("/api/chat", {"messages": USER, "options": {"num_predict": 0}}, "options.num_predict must be"),
-    ("/api/chat", {"messages": USER, "options": {"num_predict": 10 ** 6}}, "options.num_predict asks for"),
     ("/api/chat", {"messages": USER, "options": {"stop": [""]}}, "options.stop must be"),
     ("/api/chat", {"messages": USER, "options": {"repeat_penalty": 1.2, "repeat_last_n": -3}},
      "options.repeat_last_n must be an integer >= -1"),
@@ -241,3 +252,54 @@ def test_repeat_last_n_0_and_mirostat_settings(api, client):
     tuned = api.generate(model=MODEL, prompt=prompt, raw=True,
                          options={**OPTIONS, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1})
     assert tuned.response == api.generate(model=MODEL, prompt=prompt, raw=True, options=OPTIONS).response
+
+
+def test_a_limit_past_the_context_is_a_most(api, server):
+    """ollama reads num_predict as a most: past what the context leaves, the
+    reply stops where the context is full (done_reason length), not a 400;
+    a null stop is no stop, as every null option is unset."""
+    r = api.chat(model=MODEL, messages=USER, options={"temperature": 0, "num_predict": 10 ** 6})
+    assert r.done_reason == "length" and r.prompt_eval_count + r.eval_count == CTX, r
+    g = api.generate(model=MODEL, prompt="Once upon a time", raw=True, options={"temperature": 0, "num_predict": 4096,
+                                                                               "stop": None})
+    assert g.done_reason == "length" and g.prompt_eval_count + g.eval_count == CTX, g
+    assert api.generate(model=MODEL, prompt="Once", options={"num_predict": 2, "stop": None}).eval_count == 2
+
+
+def test_raw_logprobs_end_with_the_tokens_a_stop_string_kept(api):
+    """The engine may make a token or more past a stop string before it
+    hears of it: raw generate's log-probabilities are those of the tokens
+    returned (the context's), whole and streamed."""
+    greedy = {"temperature": 0, "num_predict": 40}
+    text = api.generate(model=MODEL, prompt="Once upon a time", raw=True, options=greedy).response
+    k = next(k for k in range(len(text) // 2, len(text) - 4) if text.find(text[k:k + 4]) == k and text[k:k + 4].strip())
+    opts = {**greedy, "stop": [text[k:k + 4]]}
+    r = api.generate(model=MODEL, prompt="Once upon a time", raw=True, options=opts, logprobs=True)
+    assert r.response == text[:k] and r.done_reason == "stop"
+    assert len(r.logprobs) == r.eval_count == len(r.context) - r.prompt_eval_count, (len(r.logprobs), r.eval_count)
+    chunks = list(api.generate(model=MODEL, prompt="Once upon a time", raw=True, options=opts, logprobs=True,
+                               stream=True))
+    assert sum(len(c.logprobs or []) for c in chunks) == chunks[-1].eval_count == r.eval_count
+
+
+def test_metadata_json_cannot_hold_and_a_string_flag(tmp_path, small_vocab):
+    """A float key that is NaN answers /api/show with null there (it had
+    been a 500 for the whole answer); add_bos_token written as the string
+    "false" adds no BOS on /tokenize (llama.cpp reads the key as a bool)."""
+    from starlette.testclient import TestClient
+
+    from goosedump import load, synth
+    from goosedump.gguf import ValueType
+    from goosedump.server.app import create_app
+
+    def edit(kv, tensors):
+        kv.append(("general.some_ratio", ValueType.FLOAT32, float("nan"), None))
+        kv.append(("tokenizer.ggml.add_bos_token", ValueType.STRING, "false", None))
+    path = tmp_path / "odd.gguf"
+    synth.write_model(path, "tiny", seed=1, vocab=small_vocab, edit=edit)
+    m = load(path)
+    with TestClient(create_app(m, model_name="odd")) as c:
+        r = c.post("/api/show", json={"model": "odd"})
+        assert r.status_code == 200 and r.json()["model_info"]["general.some_ratio"] is None, r.text
+        r = c.post("/tokenize", json={"content": "hi", "add_special": True})
+        assert r.json()["tokens"] == m.tokenizer.encode("hi"), (r.json(), m.tokenizer.bos_id)

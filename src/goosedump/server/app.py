@@ -69,9 +69,9 @@ class Server:
         except ValueError as e:
             raise bad_request(f"{prompt_param}: {e}", param=prompt_param) from None
 
-    def limit(self, n: int | None, n_prompt: int, param: str, prompt_param: str) -> int:
+    def limit(self, n: int | None, n_prompt: int, param: str, prompt_param: str, cap: bool = False) -> int:
         """A request's token limit (params.max_tokens, serve's -n by default)."""
-        return max_tokens(n, n_prompt, self.model.n_ctx, param, prompt_param, self.defaults.n_predict)
+        return max_tokens(n, n_prompt, self.model.n_ctx, param, prompt_param, self.defaults.n_predict, cap)
 
     def render(self, messages: list[dict], tools, tool_choice, effort: str | None, param: str,
                body: Fields, response_format=None, format_param: str = "response_format",

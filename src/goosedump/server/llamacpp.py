@@ -20,7 +20,7 @@ from ..sampling import SAMPLER_ORDER, SAMPLER_ORDER_TEMPERATURE_LAST
 from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import bad_request
-from .ollama_params import OFF, SAMPLING, read_options
+from .ollama_params import OFF, SAMPLING, num_predict, read_options
 from .params import check_text_fits, sampling_params, token_ids
 from .schemas import Fields, Stream, WholeInt, openapi_extra
 from .sse import sse, stream_error
@@ -28,8 +28,9 @@ from .sse import sse, stream_error
 OPTIONS = (*SAMPLING, *OFF, "n_predict", "stop", "repeat_last_n")
 # llama.cpp's samplers and switches goosedump does not have, taken at the
 # value that turns them off (any other is refused by name, as OFF's are)
+# (post_sampling_probs: n_probs gives the model's log-probabilities, before the samplers, as OpenAI's routes)
 LLAMA_OFF = {"dry_multiplier": 0, "xtc_probability": 0, "dynatemp_range": 0, "ignore_eos": False,
-             "top_n_sigma": -1}
+             "top_n_sigma": -1, "post_sampling_probs": False}
 # llama.cpp's sampler names (and letters) for `samplers`; those not here
 # are off (LLAMA_OFF, OFF) and their place in the order changes nothing
 SAMPLER_NAMES = {"penalties": "penalties", "temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
@@ -95,6 +96,12 @@ def prompt_ids(server, prompt) -> list[int]:
     """The prompt's tokens: text read with its special tokens, ids as they are, mixed in order."""
     tok = server.tok
     parts = [prompt] if isinstance(prompt, str) else prompt
+    if len(parts) > 1 and all(isinstance(p, str) for p in parts):
+        # (llama-server reads a list of texts alone as that many prompts, each answered; joined, they would
+        # be one prompt answered as if it were the request's)
+        raise bad_request(f"prompt: a list of {len(parts)} texts is {len(parts)} prompts, and /completion answers "
+                          "one here: send a request for each, or them to /v1/completions, which takes a batch "
+                          "(one prompt: a text, token ids, or ids and texts mixed)", param="prompt")
     check_text_fits(sum(len(p) for p in parts if isinstance(p, str)), tok, server.model.n_ctx, "prompt")
     ids: list[int] = []
     for p in parts:
@@ -145,7 +152,13 @@ async def handle(server, body: LlamaCompletionBody, request: Request):
     for key in ("top_k", "temperature"):     # llama.cpp: top_k <= 0 is off, temperature <= 0 greedy
         if isinstance(given.get(key), (int, float)) and not isinstance(given[key], bool) and given[key] < 0:
             given[key] = 0
-    kw, limit, stops = read_options({k: given[k] for k in OPTIONS if k in given}, prefix="", limit_key="n_predict")
+    # llama.cpp: max_tokens where n_predict is not given; 0 evaluates the prompt into the cache, no token
+    limit_key = "n_predict" if given.get("n_predict") is not None else "max_tokens"
+    limit_value = given.get(limit_key)
+    warm_only = type(limit_value) is int and limit_value == 0
+    options = {k: given[k] for k in OPTIONS if k in given and k != "n_predict"}
+    kw, _, stops = read_options(options, prefix="", limit_key="n_predict")
+    limit = None if warm_only else num_predict(limit_value, limit_key)
     last, off = sampler_chain(given["samplers"]) if given.get("samplers") is not None else (True, {})
     fields = Fields(**{**kw, **off}, logit_bias=bias(body.logit_bias, server.tok), temperature_last=last)
     sampling = sampling_params(fields, server.defaults.sampling)
@@ -156,9 +169,10 @@ async def handle(server, body: LlamaCompletionBody, request: Request):
         constraint = raw_constraint(server.tok, body.grammar, body.json_schema)
     except PlanError as e:
         raise bad_request(str(e), param=e.param) from None
-    n = server.limit(limit, len(ids), "n_predict", "prompt")
-    sub = server.submit(ids, n, fields, "n_predict", "prompt", constraint, body.n_probs or None)
-    out = Reply(server, body, sub, StopFilter(stops), ids, sampling, limit)
+    # (warm_only: the prefill's one token is dropped)
+    n = 1 if warm_only else server.limit(limit, len(ids), limit_key, "prompt", cap=True)
+    sub = server.submit(ids, n, fields, limit_key, "prompt", constraint, body.n_probs or None)
+    out = Reply(server, body, sub, StopFilter(stops), ids, sampling, 0 if warm_only else limit)
     if body.stream:
         return EventStream(out.stream(), sub.gen)
     text = []
@@ -175,7 +189,7 @@ class Reply:
 
     def __init__(self, server, body, sub: Submitted, stop: StopFilter, ids: list[int], sampling, limit):
         self.server, self.body, self.sub, self.stop, self.ids = server, body, sub, stop, ids
-        self.sampling, self.limit, self.unread = sampling, limit, Unread(sub.gen)
+        self.sampling, self.limit, self.unread = sampling, limit, Unread(sub)
 
     def probs(self) -> list[dict]:
         """The tokens' log-probabilities since the last call (n_probs)."""
@@ -187,13 +201,16 @@ class Reply:
         r, s = self.sub.gen.result, self.sampling
         kind = ("word" if self.stop.hit else {"eos": "eos", "max_tokens": "limit"}.get(r.stop_reason, r.stop_reason))
         computed = r.prompt_tokens - r.cached_tokens
+        predicted, predicted_s = r.generated_tokens, r.decode_seconds
+        if self.limit == 0:         # n_predict 0: the prompt evaluated alone
+            text, tokens, predicted, predicted_s, kind = "", [], 0, 0.0, "limit"
         out = {"index": 0, "content": text, "tokens": tokens if self.body.return_tokens else [], "id_slot": 0,
-               "stop": True, "model": self.server.name, "tokens_predicted": r.generated_tokens,
+               "stop": True, "model": self.server.name, "tokens_predicted": predicted,
                "tokens_evaluated": r.prompt_tokens, "tokens_cached": r.cached_tokens,
                "prompt": self.server.tok.decode(self.ids), "truncated": False, "stop_type": kind,
                "stopping_word": self.stop.matched or "",
                "generation_settings": {"n_ctx": self.server.model.n_ctx, "model": self.server.name,
-                                       "n_predict": self.limit or -1, "seed": -1 if s.seed is None else s.seed,
+                                       "n_predict": -1 if self.limit is None else self.limit, "seed": -1 if s.seed is None else s.seed,
                                        "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
                                        "min_p": s.min_p, "repeat_penalty": s.repetition_penalty,
                                        "presence_penalty": s.presence_penalty,
@@ -202,11 +219,12 @@ class Reply:
                "timings": {"prompt_n": computed, "prompt_ms": r.prefill_seconds * 1e3,
                            "prompt_per_token_ms": r.prefill_seconds * 1e3 / max(computed, 1),
                            "prompt_per_second": r.prefill_tokens_per_s,
-                           "predicted_n": r.generated_tokens, "predicted_ms": r.decode_seconds * 1e3,
-                           "predicted_per_token_ms": r.decode_seconds * 1e3 / max(r.generated_tokens, 1),
-                           "predicted_per_second": r.decode_tokens_per_s}}
+                           # (as llama-server's: per second is predicted_n over predicted_ms)
+                           "predicted_n": predicted, "predicted_ms": predicted_s * 1e3,
+                           "predicted_per_token_ms": predicted_s * 1e3 / max(predicted, 1),
+                           "predicted_per_second": predicted / predicted_s if predicted_s > 0 else 0.0}}
         if self.body.n_probs:
-            out["completion_probabilities"] = self.probs()
+            out["completion_probabilities"] = [] if self.limit == 0 else self.probs()
         return out
 
     async def stream(self) -> AsyncIterator[str]:
@@ -217,6 +235,8 @@ class Reply:
             tokens: list[int] = []
             async with text_pieces(self.sub, self.stop, None, tokens=tokens) as pieces:
                 async for piece in pieces:
+                    if self.limit == 0:
+                        continue
                     d = {"index": 0, "content": piece, "tokens": tokens[:], "stop": False, "id_slot": 0}
                     if self.body.n_probs:
                         d["completion_probabilities"] = self.probs()

@@ -8,6 +8,7 @@ describing the one model served. Errors are ollama's {"error": "..."}
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import os
@@ -20,7 +21,7 @@ from fastapi.responses import Response
 from .. import __version__
 from ..logprobs import ContentLogprobs, Unread, chat_entry
 from ..reply import ReplyStream, StopFilter, call_arguments
-from ..reply_plan import PlanError, raw_constraint
+from ..reply_plan import PlanError, raw_constraint, tool_names
 from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import APIError, bad_request
@@ -43,13 +44,19 @@ class ModelInfo:
         self.server, self.path = server, m.path
         self.size = sum(part.size for part in m.file.parts)
         self.modified = dt.datetime.fromtimestamp(os.path.getmtime(m.path), dt.timezone.utc).isoformat()
+        # ollama's digest hashes its manifest; here the file's path, size and time, not its gigabytes (ollama's
+        # CLI shows its first 12 characters, and fails on an empty one)
+        ident = f"{os.path.realpath(m.path)}\0{self.size}\0{m.file.mtime_ns}"
+        self.digest = hashlib.sha256(ident.encode()).hexdigest()
         params = sum(math.prod(t.dims) for t in m.file.tensors.values())
         by_type = m.layout.by_type
         arch = m.file.get("general.architecture", "gpt-oss")
         self.details = {"parent_model": "", "format": "gguf", "family": arch, "families": [arch],
                         "parameter_size": parameter_size(params),
                         "quantization_level": max(by_type, key=lambda k: by_type[k][1]).upper()}
-        self.model_info = {k: f.value for k, f in m.file.fields.items()
+        # (a float that is no number, NaN or infinite, as JSON has none: null, not a 500 for the whole answer)
+        self.model_info = {k: None if isinstance(f.value, float) and not math.isfinite(f.value) else f.value
+                           for k, f in m.file.fields.items()
                            if isinstance(f.value, (str, int, float, bool)) and not k.startswith("tokenizer.")}
         self.model_info["general.parameter_count"] = params
 
@@ -61,7 +68,8 @@ class ModelInfo:
 
     def listing(self) -> dict:
         n = self.server.name
-        return {"name": n, "model": n, "modified_at": self.modified, "size": self.size, "details": self.details}
+        return {"name": n, "model": n, "modified_at": self.modified, "size": self.size, "digest": self.digest,
+                "details": self.details}
 
 
 def parameter_size(n: int) -> str:
@@ -91,7 +99,10 @@ def register(app: FastAPI, server, read) -> None:
 
     @app.get("/api/ps", openapi_extra=described("the models loaded (one)"))
     async def ps():
-        return {"models": [{**info.listing(), "size_vram": 0, "context_length": server.model.n_ctx}]}
+        # (loaded until the server stops: ollama's CLI says Forever past 20 years ahead, Stopping at a past time)
+        until = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(days=100 * 365)
+        return {"models": [{**info.listing(), "expires_at": until.isoformat(), "size_vram": 0,
+                            "context_length": server.model.n_ctx}]}
 
     @app.post("/api/show", openapi_extra=described("a model's details", SHOW_BODY))
     async def show(request: Request):
@@ -201,7 +212,8 @@ def tool_call(item) -> dict | None:
     """An ended tool call item as ollama writes it (its arguments an object);
     None for one the token limit cut before its arguments parsed."""
     args = call_arguments(item)
-    return None if args is None else {"function": {"name": item.name, "arguments": args}}
+    # (the id as ollama gives one: a tool message's tool_call_id names the call it answers)
+    return None if args is None else {"id": item.call_id, "function": {"name": item.name, "arguments": args}}
 
 
 def pieces(events) -> list[dict]:
@@ -230,9 +242,9 @@ async def reply(server, body: OllamaFields, request: Request, messages: list[dic
                                  "format", object_arguments=True, prefill=chat)
     if not chat and getattr(body, "context", None):
         prompt = token_ids(server.tok, body.context, "context") + prompt
-    n = server.limit(req.limit, len(prompt), "options.num_predict", prompt_param)
+    n = server.limit(req.limit, len(prompt), "options.num_predict", prompt_param, cap=True)
     sub = server.submit(prompt, n, req.fields, "options.num_predict", prompt_param, plan.gate(server.tok), req.n_top)
-    reply = ReplyStream(server.tok, req.stops, plan.prefix)
+    reply = ReplyStream(server.tok, req.stops, plan.prefix, tools=tool_names(plan.tools))
     lps = None if req.n_top is None else ContentLogprobs(server.tok, sub.gen)
     if body.stream:
         return EventStream(ndjson(_stream(server, sub, reply, shape, lps, t0)), sub.gen, NDJSON)
@@ -286,10 +298,10 @@ async def raw_reply(server, body: OllamaGenerateBody, request: Request):
                                     "format")
     except PlanError as e:
         raise bad_request(str(e), param="format") from None
-    n = server.limit(req.limit, len(ids), "options.num_predict", "prompt")
+    n = server.limit(req.limit, len(ids), "options.num_predict", "prompt", cap=True)
     sub = server.submit(ids, n, req.fields, "options.num_predict", "prompt", constraint, req.n_top)
     stop = StopFilter(req.stops)
-    unread = Unread(sub.gen)
+    unread = Unread(sub)
 
     def new_logprobs() -> list[dict]:
         return [chat_entry(server.tok, lp) for lp in unread.take()]

@@ -132,6 +132,8 @@ def num_predict(value, where: str = "options.num_predict") -> int | None:
 
 
 def stop_list(value, where: str = "options.stop") -> list[str]:
+    if value is None:       # (as unset, as every option's null: ollama and llama.cpp skip it)
+        return []
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise bad_request(f"{where} must be a list of non-empty strings, got {value!r}", param=where)
@@ -166,9 +168,11 @@ def response_format(fmt) -> dict | None:
 def chat_messages(messages: list) -> list[dict]:
     """ollama's messages as the chat renderer reads OpenAI's: `thinking` as
     reasoning, tool calls given ids, a tool result named by its tool_name,
-    else by the earlier call it answers (results come in the calls' order)."""
+    else by the call whose id its tool_call_id is, else by the earlier call
+    it answers (results come in the calls' order)."""
     out: list[dict] = []
     pending: list[str] = []        # the last assistant turn's calls not yet answered
+    named: dict[str, str] = {}     # every call's id: its tool
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -186,8 +190,11 @@ def chat_messages(messages: list) -> list[dict]:
             m["tool_calls"] = [call_with_id(c, f"{where}.tool_calls[{j}]", f"call_{i}_{j}")
                                for j, c in enumerate(calls)]
             pending = [c["function"]["name"] for c in m["tool_calls"]]
+            named.update((c["id"], c["function"]["name"]) for c in m["tool_calls"] if isinstance(c["id"], str))
         elif m.get("role") == "tool":
             name = original.get("tool_name") or m.get("name")
+            if name is None and isinstance(m.get("tool_call_id"), str):
+                name = named.get(m["tool_call_id"])
             if name is None and pending:
                 name = pending[0]
             if not isinstance(name, str) or not name:

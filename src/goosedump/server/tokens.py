@@ -56,7 +56,8 @@ def register(app: FastAPI, server, read) -> None:
     """The routes on app; read(request, Body) parses a body (parse_body with
     the server's limits)."""
     tok, model = server.tok, server.model
-    add_bos = bool(model.file.get("tokenizer.ggml.add_bos_token", False)) and tok.bos_id is not None
+    # (a BOOL true alone: llama.cpp reads the key as a bool; a string "false" is no true)
+    add_bos = model.file.get("tokenizer.ggml.add_bos_token", False) is True and tok.bos_id is not None
 
     @app.post("/tokenize", openapi_extra=openapi_extra(TokenizeBody, reply_schema("tokens")))
     async def tokenize(request: Request):
