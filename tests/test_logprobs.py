@@ -111,6 +111,12 @@ def test_completion_logprobs_are_the_engines(client, tiny_model):
             assert text[start:end] == t
     for top, x in zip(lp.top_logprobs, ref.logprobs):
         assert max(top.values()) == pytest.approx(x.logprob) and 1 <= len(top) <= 2
+    # sampled, the chosen token is among its alternatives whatever its rank: up to logprobs + 1 (OpenAI's
+    # reference: "the API will always return the logprob of the sampled token"), 0 alternatives its own alone
+    for n in (0, 1):
+        sampled = client.completions.create(**{**kw, "temperature": 1.5, "seed": 3, "logprobs": n}).choices[0].logprobs
+        for token, value, top in zip(sampled.tokens, sampled.token_logprobs, sampled.top_logprobs):
+            assert top[token] == pytest.approx(value) and len(top) <= n + 1, (token, top)
     chunks = [c for c in client.completions.create(**kw, stream=True) if c.choices and c.choices[0].logprobs]
     joined = {k: sum((getattr(c.choices[0].logprobs, k) for c in chunks), []) for k in
               ("tokens", "token_logprobs", "top_logprobs", "text_offset")}

@@ -165,6 +165,12 @@ def test_bad_parameters_are_named(kw, msg):
         SamplingParams(**kw)
 
 
+def test_top_k_minus_one_is_off_as_vllm_reads_it():
+    assert SamplingParams(top_k=-1) == SamplingParams(top_k=0) and SamplingParams(top_k=-1).top_k == 0
+    with pytest.raises(SamplingError, match="0 or -1: off"):
+        SamplingParams(top_k=-2)
+
+
 def test_logit_bias_checked_against_vocabulary():
     with pytest.raises(SamplingError, match="logit_bias token id 5000 is outside the vocabulary"):
         SamplingParams(logit_bias={5000: 1}).check_vocab(V)

@@ -556,6 +556,13 @@ ERRORS = [
     ("/v1/chat/completions", {"messages": USER, "tools": [{"type": "web_search"}]}, 400, "tools", None),
     ("/v1/chat/completions", {"messages": USER, "time_budget": -1}, 400, "time_budget", None),
     ("/v1/chat/completions", {"messages": USER, "seed": -5}, 400, "seed", None),
+    # llama-server's and vLLM's samplers goosedump has not, turned on: refused by name, not ignored
+    ("/v1/chat/completions", {"messages": USER, "typical_p": 0.2}, 400, "typical_p", None),
+    ("/v1/completions", {"prompt": "x", "mirostat": 2}, 400, "mirostat", None),
+    ("/v1/completions", {"prompt": "x", "dry_multiplier": 0.8}, 400, "dry_multiplier", None),
+    ("/v1/responses", {"input": "x", "xtc_probability": 0.5}, 400, "xtc_probability", None),
+    ("/v1/chat/completions", {"messages": USER, "ignore_eos": True}, 400, "ignore_eos", None),
+    ("/v1/chat/completions", {"messages": USER, "ignore_eos": 0}, 400, "ignore_eos", None),
     ("/v1/completions", {"prompt": ""}, 400, "prompt", None),
     ("/v1/completions", {"prompt": [5, 10 ** 7]}, 400, "prompt", None),
     ("/v1/completions", {"prompt": "x", "max_tokens": -3}, 400, "max_tokens", "integer_below_min_value"),

@@ -302,3 +302,33 @@ def test_responses_function_tools_are_strict_unless_they_say_not(server, client)
     assert "unit?:" in prompt
     responses_prompt = client.responses.input_tokens.count(model=MODEL, input="Weather?", tools=[tool])
     assert responses_prompt.input_tokens > 0
+
+
+def test_what_a_grammar_forces_is_not_cut_as_a_loop(client):
+    """A grammar or schema that forces a repeating text (thirty zeros) gets
+    it whole: the engine's loop stop (a cycle repeated four times) does not
+    cut text a constraint holds."""
+    r = client.completions.create(model=MODEL, prompt="x", max_tokens=100, temperature=0,
+                                  extra_body={"grammar": 'root ::= "[" "0" ("," "0"){29} "]"'})
+    assert (r.choices[0].text, r.choices[0].finish_reason) == ("[" + ",".join(["0"] * 30) + "]", "stop")
+    zeros = {"type": "object", "additionalProperties": False, "required": ["a"],
+             "properties": {"a": {"type": "array", "items": {"const": 0}, "minItems": 30, "maxItems": 30}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "zeros", "schema": zeros, "strict": True}}
+    r = client.chat.completions.create(model=MODEL, messages=USER, response_format=fmt, max_tokens=200,
+                                       temperature=0, extra_body={"reasoning_budget": 0})
+    assert r.choices[0].finish_reason == "stop", r.choices[0]
+    jsonschema.validate(json.loads(r.choices[0].message.content), zeros)
+
+
+def test_a_grammar_no_text_can_complete_is_a_400_not_a_short_answer(server, client):
+    """llguidance's error state (a grammar that needs a character none is)
+    had read as acceptance: the text ended short, a 200 with finish_reason
+    stop. It is the request's fault: a 400, streamed an error event."""
+    for grammar in ('root ::= "ab" [^\\x00-\\U0010FFFF]', 'start: "ab" /[^\\s\\S]/'):
+        r = post(server, "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 8, "temperature": 0,
+                                             "grammar": grammar})
+        assert r.status_code == 400 and "no text can complete it" in r.json()["error"]["message"], (grammar, r.text)
+    with pytest.raises(openai.APIError, match="no text can complete it"):
+        for _ in client.completions.create(model=MODEL, prompt="x", max_tokens=8, temperature=0, stream=True,
+                                           extra_body={"grammar": 'root ::= "ab" [^\\x00-\\U0010FFFF]'}):
+            pass

@@ -375,7 +375,11 @@ class Stepper:
         if gen.pending is not None:
             gen.token_logprobs.append(gen.pending.of(token))
         gen.emit((token, gen.decoder.add(token)))
-        stop = stop_after(gen.generated, gen.max_tokens, gen.deadline, gen.cancelled, loops=not gen.ignore_eos)
+        # (no loop stop where a grammar or the format holds the text: what it forces may well repeat, a list of
+        # zeros, and cut short it would break the very shape it holds)
+        held = gen.constraint is not None and getattr(gen.constraint, "constraining", False)
+        stop = stop_after(gen.generated, gen.max_tokens, gen.deadline, gen.cancelled,
+                          loops=not gen.ignore_eos and not held)
         if stop is not None:
             self.finish(gen, stop)
             return False

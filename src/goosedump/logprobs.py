@@ -93,7 +93,10 @@ def chat_entry(tok, lp: TokenLogprob) -> dict:
 
 def completion_logprobs(tok, lps: list[TokenLogprob], offsets: list[int]) -> dict:
     """The legacy completions' form: parallel lists, the alternatives as
-    {text: logprob} (tokens of the same text share one key)."""
+    {text: logprob} (tokens of the same text share one key), the token
+    chosen always among them ("the API will always return the logprob of
+    the sampled token, so there may be up to logprobs+1 elements", OpenAI's
+    reference)."""
     def text(i: int) -> str:
         return tok.token_bytes(i).decode("utf-8", errors="replace")
 
@@ -102,6 +105,7 @@ def completion_logprobs(tok, lps: list[TokenLogprob], offsets: list[int]) -> dic
         top: dict = {}
         for i, v in lp.top:
             top.setdefault(text(i), v)
+        top.setdefault(text(lp.token), lp.logprob)
         tops.append(top)
     return {"tokens": [text(lp.token) for lp in lps], "token_logprobs": [lp.logprob for lp in lps],
             "top_logprobs": tops, "text_offset": offsets}
@@ -162,14 +166,17 @@ class TextLogprobs:
 
 
 class Unread:
-    """A generation's token log-probabilities not taken yet (for the routes
-    that hand them out as they come: ollama's raw generate, llama.cpp's
-    /completion)."""
+    """A submitted generation's token log-probabilities not taken yet, of
+    the tokens its consumer has taken (for the routes that hand them out as
+    they come: ollama's raw generate, llama.cpp's /completion). The worker
+    may be a token or more ahead, and past a stop string the consumer
+    found: those are not the reply's."""
 
-    def __init__(self, gen):
-        self.gen, self.taken = gen, 0
+    def __init__(self, sub):
+        self.sub, self.taken = sub, 0
 
     def take(self) -> list[TokenLogprob]:
-        out = self.gen.token_logprobs[self.taken:]
+        upto = self.sub.taken if self.sub.stopped_at is None else self.sub.stopped_at
+        out = self.sub.gen.token_logprobs[self.taken:upto]
         self.taken += len(out)
         return out

@@ -56,13 +56,15 @@ class SamplingParams:
     def __post_init__(self):
         if self.seed == -1 and not isinstance(self.seed, bool):
             object.__setattr__(self, "seed", None)
+        if self.top_k == -1 and not isinstance(self.top_k, bool):     # (vLLM's off, which its clients send)
+            object.__setattr__(self, "top_k", 0)
 
         def check(name, ok, expected):
             if not ok:
                 raise SamplingError(f"{name} must be {expected}, got {getattr(self, name)!r}")
         num = (int, float)
         check("temperature", isinstance(self.temperature, num) and 0 <= self.temperature <= 100, "between 0 and 100")
-        check("top_k", isinstance(self.top_k, int) and self.top_k >= 0, "an integer >= 0 (0: off)")
+        check("top_k", isinstance(self.top_k, int) and self.top_k >= 0, "an integer >= 0 (0 or -1: off)")
         check("top_p", isinstance(self.top_p, num) and 0 <= self.top_p <= 1, "in [0, 1]")
         check("min_p", isinstance(self.min_p, num) and 0 <= self.min_p <= 1, "in [0, 1]")
         check("repetition_penalty", isinstance(self.repetition_penalty, num) and 0 < self.repetition_penalty

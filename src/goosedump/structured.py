@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from .sampling import NoTokenLeft
+
 _VOCABS: dict[int, Any] = {}
 _VOCABS_LOCK = threading.Lock()
 # Compact JSON (no free whitespace): a small model can otherwise write
@@ -183,6 +185,12 @@ class Matcher:
 
     def allowed(self) -> np.ndarray:
         _llg().numpy.fill_next_token_bitmask(self.m, self._bits)
+        if self.m.is_error():
+            # (llguidance's mask is then the end-of-sequence token alone, which read as the grammar's acceptance
+            # ended the text short of it, as a success: a grammar no text can go on with is the request's fault)
+            why = self.m.get_error().splitlines()
+            raise NoTokenLeft(f"the grammar allows no token here (no text can complete it): "
+                              f"{why[0] if why else 'no reason given'}")
         return np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self.n_vocab].astype(bool)
 
     def consume(self, token: int) -> None:
@@ -254,6 +262,12 @@ class Gate:
     def _enter_header(self) -> None:
         self._node, self._body = self._headers(), None
 
+    @property
+    def constraining(self) -> bool:
+        """Whether the tokens now are the format's or a grammar's (a header,
+        a held body), not the model's free text."""
+        return bool(self._forced) or self._node is not None or self._body[1] is not None
+
     # -- the steps
     def allowed(self) -> np.ndarray:
         if self._forced:
@@ -322,6 +336,8 @@ class Free:
         # message ends): only end-of-generation ones end a raw completion
         self.stops = sorted(set(self.ends) | {tok.special_token(t) for t in ("<|return|>", "<|end|>", "<|call|>")
                                                if _has(tok, t)})
+
+    constraining = True       # (every token is the grammar's)
 
     def allowed(self) -> np.ndarray:
         mask = self.matcher.allowed()

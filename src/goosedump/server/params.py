@@ -84,6 +84,12 @@ def top_count(n: int | None, param: str) -> int | None:
     return n
 
 
+# samplers and switches of llama-server's and vLLM's that goosedump has not, at their off values: a
+# request that turns one on is refused by name (unknown fields are otherwise ignored), as on /completion
+UNSUPPORTED_SAMPLERS = {"mirostat": 0, "tfs_z": 1, "typical_p": 1, "dry_multiplier": 0, "xtc_probability": 0,
+                        "dynatemp_range": 0, "top_n_sigma": -1, "ignore_eos": False}
+
+
 def check_common(b: Fields, choices: bool = False) -> None:
     """Fields every generating route checks alike; choices: the route gives
     several (n, server/choices.py), else n must be 1."""
@@ -95,6 +101,11 @@ def check_common(b: Fields, choices: bool = False) -> None:
                           param="stream_options")
     if b.time_budget is not None and not b.time_budget > 0:
         raise bad_request(f"time_budget must be a number of seconds > 0, got {b.time_budget}", param="time_budget")
+    for key, off in UNSUPPORTED_SAMPLERS.items():
+        value = (b.model_extra or {}).get(key)
+        if value is not None and (value != off or isinstance(value, bool) != isinstance(off, bool)):
+            raise bad_request(f"{key}={value!r} is not supported: goosedump has no such sampler or switch (leave "
+                              f"it out, or at {str(off).lower() if isinstance(off, bool) else off})", param=key)
 
 
 def finish_reason(stop_reason: str, stopped: bool, tool_calls: bool = False) -> str:
@@ -110,20 +121,23 @@ def finish_reason(stop_reason: str, stopped: bool, tool_calls: bool = False) -> 
 
 
 def max_tokens(n: int | None, n_prompt: int, n_ctx: int, param: str, prompt_param: str,
-               default: int | None = None) -> int:
+               default: int | None = None, cap: bool = False) -> int:
     """The token limit a request asks for (none: serve's default, at most as
-    much as the context leaves; without one all it leaves, as OpenAI does)."""
-    if n is None:
-        n = n_ctx - n_prompt if default is None else min(default, n_ctx - n_prompt)
-        if n < 1:
+    much as the context leaves; without one all it leaves, as OpenAI does).
+    cap: a limit past the context is a most, the answer stopping where the
+    context is full (ollama's num_predict, llama-server's n_predict); else
+    the engine refuses it, as OpenAI's API does (Server.submit maps its
+    error)."""
+    if n is not None and n < 1:
+        raise bad_request(f"Invalid '{param}': {n}. It must be at least 1.", param=param,
+                          code="integer_below_min_value")
+    if n is None or cap:
+        n = min(x for x in ((default if n is None else n), n_ctx - n_prompt) if x is not None)
+        if n_prompt >= n_ctx:
             raise bad_request(f"This model's context is {n_ctx} tokens and the prompt has {n_prompt}: "
                               "no room is left to answer. Shorten the prompt.",
                               param=prompt_param, code="context_length_exceeded")
-        return n
-    if n < 1:
-        raise bad_request(f"Invalid '{param}': {n}. It must be at least 1.", param=param,
-                          code="integer_below_min_value")
-    return n       # the engine checks that it fits the context (Server.submit maps its error)
+    return n
 
 
 def context_error(e: ContextOverflowError, param: str, prompt_param: str):
