@@ -52,6 +52,16 @@ NUMBERS = {"type": "function", "function": {"name": "tune", "parameters": {"type
     "plain": {"type": "number", "default": 1e15}, "huge": {"type": "integer", "default": 2**70},
     "mode": {"type": "number", "default": 1e-6}}}}}
 
+# nulls as Pydantic and the Agents SDK write them (Optional[str] = None: "default": null), each read as
+# openai-harmony reads a key present with a null value; a description's last \r kept, as Rust's lines() keeps it
+NULLS = {"type": "function", "function": {"name": "find", "description": "Finds things.\r", "parameters": {
+    "type": "object", "properties": {
+        "unit": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Unit"},
+        "tags": {"type": "array", "items": None, "default": None},
+        "kind": {"oneOf": None, "type": "string", "description": "The kind."},
+        "mode": {"oneOf": [{"type": "string", "default": None}, {"type": "integer"}], "default": None},
+        "note": {"type": "string", "description": "Free text.\r\nSecond line."}}}}}
+
 
 def conversations():
     """(name, OpenAI messages, options) — at least 20 conversations."""
@@ -76,6 +86,7 @@ def conversations():
         ("tools with instructions", [{"role": "system", "content": "Use tools."}, u], {"tools": [WEATHER, NOARGS]}),
         ("rich schema", [u], {"tools": [RICH]}),
         ("numbers in a schema", [u], {"tools": [NUMBERS]}),
+        ("nulls in a schema", [u], {"tools": [NULLS]}),
         ("tool call pending", [u, call], {"tools": [WEATHER]}),
         ("tool round trip", [u, call, result], {"tools": [WEATHER]}),
         ("tool round trip then answer", [u, call, result,
@@ -309,11 +320,11 @@ def test_parser_survives_malformed_output(tiny_model, text):
         assert [m[1] for m in ours] == [m[1] for m in ref]
 
 
-def _reply_of(model, text):
+def _reply_of(model, text, tools=()):
     """The reply stream's reading of text's tokens, as the engine feeds them
     (it stops at <|call|> and <|return|> and never passes them on)."""
     from goosedump.reply import ReplyStream
-    turn = ReplyStream(model.tokenizer)
+    turn = ReplyStream(model.tokenizer, tools=tools)
     for t in _ids(harmony_encoding(), text):
         turn.feed(t)
     turn.close()
@@ -346,6 +357,45 @@ def test_calls_to_other_recipients_stray_words_and_cut_headers(tiny_model):
     turn = _reply_of(tiny_model, f'<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{{"a":1}}')
     assert [c["function"] for c in turn.tool_calls] == [{"name": name, "arguments": '{"a":1}'}]
     assert turn.content == ""
+
+
+def test_a_bare_recipient_that_names_a_declared_function_is_its_call(tiny_model):
+    """gpt-oss sometimes writes to=NAME without functions. (vLLM met it in
+    long contexts): openai-harmony reads NAME as the recipient, and where
+    the request declares that function it is its call, not the answer nor
+    the reasoning. A lone word that names no declared function (a content
+    type: json, markdown) stays what it was."""
+    weather = ("get_weather",)
+    for channel in ("commentary", "analysis"):
+        text = f'<|channel|>{channel} to=get_weather <|constrain|>json<|message|>{{"location":"Tokyo"}}'
+        turn = _reply_of(tiny_model, text, weather)
+        assert [c["function"] for c in turn.tool_calls] == [{"name": "get_weather", "arguments": '{"location":"Tokyo"}'}]
+        assert turn.content == "" and turn.reasoning == "", channel
+        p = harmony.HarmonyParser(tiny_model.tokenizer)
+        for t in _ids(harmony_encoding(), text):
+            p.feed(t)
+        whole = reply.reply_from_messages(p.close(), weather)
+        assert [c["function"]["name"] for c in whole.tool_calls] == ["get_weather"] and whole.content == ""
+    undeclared = _reply_of(tiny_model, '<|channel|>commentary to=get_time<|message|>{}', weather)
+    assert not undeclared.tool_calls
+    assert _reply_of(tiny_model, "<|channel|>analysis markdown<|message|>thinking", weather).reasoning == "thinking"
+    assert _reply_of(tiny_model, '<|channel|>final get_weather<|message|>{"a":1}', weather).content == '{"a":1}'
+
+
+def test_a_header_after_start_that_never_reaches_message_keeps_its_role(tiny_model):
+    """What follows <|start|> names its role; a message the model writes as
+    someone else is dropped even when its header never reaches <|message|>
+    (cut by the token limit, or ended at once): the role word and the
+    tool's words had landed in the answer."""
+    answer = "<|channel|>final<|message|>Hi!<|end|>"
+    assert _reply_of(tiny_model, answer + "<|start|>user").content == "Hi!"
+    assert _reply_of(tiny_model, answer + "<|start|>user some words<|end|>").content == "Hi!"
+    assert _reply_of(tiny_model, answer + "<|start|>functions.get_weather to=assistant<|channel|>commentary "
+                                          "tool output<|end|>").content == "Hi!"
+    # the assistant's own header cut short still reads as before (its words the answer)
+    assert _reply_of(tiny_model, answer + "<|start|>assistant<|channel|>final More").content == "Hi!More"
+    long_run = " ".join(["user"] + ["words"] * 60)
+    assert "words" not in _reply_of(tiny_model, answer + "<|start|>" + long_run).content
 
 
 def test_reply_splits_channels_and_tool_calls(tiny_model):
@@ -437,3 +487,34 @@ def test_response_format_follows_the_tools_and_makes_a_developer_message(tiny_mo
     for kwargs in ({"response_format": {"type": "json_object"}}, {"grammar": 'root ::= "yes"'}, {}):
         assert plan_reply(tiny_model.tokenizer, **kwargs).response_format is None
     assert "developer" not in enc.decode(tiny_model.render_chat(user))
+
+
+@pytest.mark.parametrize("generated, kept", [
+    ("", ""),                                                            # stopped before its first token
+    ("<|channel|>analysis", ""),                                         # in its first header
+    ("<|channel|>analysis<|message|>Thinking", "<|channel|>analysis<|message|>Thinking"),
+    ("<|channel|>analysis<|message|>Thinking<|end|>", "<|channel|>analysis<|message|>Thinking"),
+    ("<|channel|>analysis<|message|>Thinking<|end|><|start|>assistant<|channel|>final",
+     "<|channel|>analysis<|message|>Thinking"),
+    ("Text of a model that writes no header", "Text of a model that writes no header"),   # the parser's text
+])
+def test_an_interrupted_chat_answer_keeps_its_whole_messages(tiny_model, generated, kept):
+    """The chat REPL keeps an interrupted answer's tokens for the next turn
+    (they stay in the KV cache): without a header the interrupt cut before
+    its <|message|>, and nothing at all where no message began, so that the
+    next prompt is one openai-harmony reads (`<|start|>assistant<|end|>`
+    is not: it had been kept after a Ctrl-C during the prefill)."""
+    from goosedump.chat import TOKENS_KEY
+    from goosedump.repl import interrupted_tokens
+    enc = harmony_encoding()
+    ids = interrupted_tokens(tiny_model.tokenizer, _ids(enc, generated))
+    assert ids == _ids(enc, kept)
+    history = [{"role": "user", "content": "hi"}]
+    if ids:
+        history.append({"role": "assistant", "content": "", TOKENS_KEY: ids})
+    prompt = tiny_model.render_chat(history + [{"role": "user", "content": "again"}], date=DATE)
+    if "<|message|>" in kept or not kept:     # (a model's text with no header stays as it wrote it)
+        parsed = enc.parse_messages_from_completion_tokens(prompt[:-2], None)    # (the last: <|start|>assistant)
+        assert [m.author.role.value for m in parsed][-2:] == (["assistant", "user"] if ids else ["user", "user"])
+    else:
+        assert enc.decode(prompt).count(kept) == 1

@@ -122,13 +122,14 @@ def response_formats_section(fmt: ResponseFormat) -> str:
 
 
 def _lines(text: str) -> list[str]:
-    # Rust's str::lines: split on \n, drop one trailing empty line and \r's.
+    # Rust's str::lines: split on \n, drop one trailing empty line, and a \r
+    # before a \n (a last line's own \r, with no \n after it, stays)
     if not text:
         return []
     lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    last = lines.pop()
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    return lines + [last] if last else lines
 
 
 def tools_section(namespace: str, tools: list[Tool]) -> str:
@@ -300,7 +301,7 @@ class HarmonyParser:
             return None
         self._header.append(token)
         if len(self._header) > HEADER_LIMIT and not (len(self._header) <= HEADER_LIMIT_NAMED and self._named()):
-            self._current = Message(self.role or "assistant", "")
+            self._current = Message(self.role or self._header_role(), "")
             self.adopted = len(self._header)
             text = "".join(self._decoder.add(t) for t in self._header)
             self._header, self.role = None, None
@@ -336,9 +337,17 @@ class HarmonyParser:
         self._current, self._text, self._header = None, [], None
         self._decoder = self.tokenizer.stream_decoder()
 
+    def _header_role(self) -> str:
+        """The role a header after <|start|> names by its first word (a
+        role other than the assistant's: a message the model writes as
+        someone else), else the assistant's (text with no header)."""
+        words = self.tokenizer.decode(self._header).split(CHANNEL)[0].split()
+        return words[0] if words and words[0] in ROLES else "assistant"
+
     def _finish_header_only(self) -> None:
-        h, rest = _parse_header_text(self.tokenizer.decode(self._header), self.role or "assistant",
-                                     recipient_and_type=False)
+        # (role None: after <|start|>, the header's first word is its role, as in a full header; an unknown
+        # one a tool's name, as openai-harmony reads it)
+        h, rest = _parse_header_text(self.tokenizer.decode(self._header), self.role, recipient_and_type=False)
         h.text = rest
         self.messages.append(h)
         if rest:

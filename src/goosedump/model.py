@@ -224,7 +224,7 @@ class Model:
         at most what the context leaves the prompt (else a prompt and
         max_tokens past the context are a ContextOverflowError)."""
         from .chat import ChatError, has_harmony_tokens, prefill_tokens, split_prefill
-        from .reply_plan import plan_reply
+        from .reply_plan import plan_reply, tool_names
         harmony = chat_format != "template" and has_harmony_tokens(self.tokenizer)
         history, last = split_prefill(messages) if continue_final_message else (list(messages), None)
         if continue_final_message and last is None and not (messages and isinstance(messages[-1], dict)
@@ -241,7 +241,7 @@ class Model:
         gen = self.generate_stream(prompt, max_tokens, time_budget, profile, sampling,
                                    record_routing=record_routing, constraint=plan.gate(self.tokenizer),
                                    logprobs=logprobs)
-        return ReplyStream(self.tokenizer, prefix=plan.prefix, generation=gen)
+        return ReplyStream(self.tokenizer, prefix=plan.prefix, generation=gen, tools=tool_names(plan.tools))
 
     def chat(self, messages: Sequence[dict], max_tokens: int = 1024, **kw) -> ReplyStream:
         """chat_stream run to its end: `.reply` (content, reasoning_content,

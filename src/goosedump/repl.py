@@ -9,6 +9,7 @@ import sys
 import time
 
 from .chat import TOKENS_KEY, ChatError, _text
+from .harmony import CHANNEL, END, HEADER_LIMIT, MESSAGE, START
 from .limits import MAX_FLAG_FILE
 from .result import ContextOverflowError
 from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply, print_timings
@@ -41,6 +42,22 @@ PARAMETERS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", 
               "repeat_penalty": "repetition_penalty", "repeat_last_n": "repeat_last_n",
               "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty", "num_predict": None}
 
+
+def interrupted_tokens(tok, ids) -> list[int]:
+    """An interrupted answer's tokens as the next turn renders them, between
+    <|start|>assistant and <|end|>: without a header the interrupt cut
+    before its <|message|> (the header of a message after a <|start|>, or
+    the first message's once it names a channel; longer runs of text are
+    the parser's text, shown, and kept) and without an <|end|> of their own
+    (the renderer adds it). A harmony message is a header, <|message|> and
+    its text: `<|start|>assistant<|end|>` or a bare header is not one."""
+    ids = list(ids)
+    start, message, end, channel = (tok.special_token(t) for t in (START, MESSAGE, END, CHANNEL))
+    last = max((i for i, t in enumerate(ids) if t == start), default=-1)
+    tail = ids[last + 1:]
+    if message not in tail and len(tail) <= HEADER_LIMIT and (last >= 0 or channel in tail or not tail):
+        ids = ids[:max(last, 0)]
+    return ids[:-1] if ids and ids[-1] == end else ids
 
 class ChatSession:
     def __init__(self, model, *, system: str | None, reasoning_effort: str, date: str | None, sampling,
@@ -81,8 +98,9 @@ class ChatSession:
         if r.stop_reason == "interrupted":
             # cut short: the next turn renders the tokens as the model wrote
             # them, so they stay in the KV cache instead of being re-tokenized
-            message[TOKENS_KEY] = list(r.token_ids)
-        self.history.append(message)
+            message[TOKENS_KEY] = interrupted_tokens(self.model.tokenizer, r.token_ids)
+        if message.get(TOKENS_KEY) != []:       # (an answer stopped before its first message: nothing to keep)
+            self.history.append(message)
         self.out.write("\n")
         self.err.write(f"{DIM if self.err.isatty() else ''}[{r.generated_tokens} tokens, "
                        f"{r.decode_tokens_per_s:.1f} tok/s, prompt {r.prompt_tokens} "

@@ -7,7 +7,8 @@ reply:
 - "reasoning": the analysis channel;
 - "content": the final channel, a preamble (commentary to no one) or text
   outside any channel (a model that ignores the format);
-- "tool_call": a message to functions.NAME (its text: the JSON arguments).
+- "tool_call": a message to functions.NAME, or to a bare NAME (its text:
+  the JSON arguments).
 A message the model writes as someone else (a user, a tool) is dropped.
 
 Everything that shows a reply consumes these events: the terminal printer
@@ -31,13 +32,22 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:24]}"
 
 
-def function_name(recipient: str | None) -> str | None:
-    """NAME of a recipient "functions.NAME", else None."""
-    return recipient[len(FUNCTIONS):] if recipient and recipient.startswith(FUNCTIONS) else None
+def function_name(recipient: str | None, channel: str | None = None, tools: frozenset = frozenset()) -> str | None:
+    """NAME of a recipient "functions.NAME", else None. gpt-oss also writes
+    a bare `to=NAME` (in long contexts especially, as vLLM found): the name
+    of a function the request declares (tools), on the channels calls take,
+    is that function's call too (a lone word after the channel is also read
+    as a recipient, and is mostly a content type: json, markdown, code)."""
+    if recipient and recipient.startswith(FUNCTIONS):
+        return recipient[len(FUNCTIONS):]
+    if recipient in tools and channel in ("commentary", "analysis"):
+        return recipient
+    return None
 
 
-def item_kind(role: str | None, channel: str | None, recipient: str | None) -> str | None:
-    if function_name(recipient) is not None:
+def item_kind(role: str | None, channel: str | None, recipient: str | None,
+              tools: frozenset = frozenset()) -> str | None:
+    if function_name(recipient, channel, tools) is not None and (role == "assistant" or recipient.startswith(FUNCTIONS)):
         return "tool_call"
     if recipient is not None and not recipient.startswith("<|") and ("." in recipient or recipient == "python"):
         return None    # a call to a tool this API does not serve (browser.search, python): not the answer
@@ -142,21 +152,24 @@ def call_arguments(item: Item) -> dict | None:
     return args if isinstance(args, dict) else None
 
 
-def new_item(kind: str, index: int, seq: int, recipient: str | None) -> Item:
+def new_item(kind: str, index: int, seq: int, recipient: str | None, channel: str | None = None,
+             tools: frozenset = frozenset()) -> Item:
     item = Item(kind, index, seq, new_id({"reasoning": "rs_", "content": "msg_", "tool_call": "fc_"}[kind]))
     if kind == "tool_call":
-        item.name, item.call_id = function_name(recipient), new_id("call_")
+        item.name, item.call_id = function_name(recipient, channel, tools), new_id("call_")
     return item
 
 
-def reply_from_messages(messages: Sequence[harmony.Message]) -> Reply:
-    """The reply of whole harmony messages, split as a stream of them is."""
+def reply_from_messages(messages: Sequence[harmony.Message], tools: Sequence[str] = ()) -> Reply:
+    """The reply of whole harmony messages, split as a stream of them is
+    (tools: the functions the request declares)."""
     items: list[Item] = []
     counts: Counter = Counter()
+    tools = frozenset(tools)
     for m in messages:
-        kind = item_kind(m.role, m.channel, m.recipient)
+        kind = item_kind(m.role, m.channel, m.recipient, tools)
         if kind is not None:
-            items.append(new_item(kind, len(items), counts[kind], m.recipient))
+            items.append(new_item(kind, len(items), counts[kind], m.recipient, m.channel, tools))
             items[-1].text = m.text
             counts[kind] += 1
     return Reply.fold(items, messages)
@@ -170,7 +183,9 @@ class ReplyStream:
     parsed, never sent. Bound to a generation, iterating runs it and gives
     its events, and `cancel()` stops it."""
 
-    def __init__(self, tokenizer, stop: list[str] | None = None, prefix: Sequence[int] = (), generation=None):
+    def __init__(self, tokenizer, stop: list[str] | None = None, prefix: Sequence[int] = (), generation=None,
+                 tools: Sequence[str] = ()):
+        self.tools = frozenset(tools)       # the functions the request declares (function_name's bare names)
         self.parser = HarmonyParser(tokenizer)
         for t in prefix:
             self.parser.feed(t)
@@ -234,7 +249,8 @@ class ReplyStream:
         i = len(self.parser.messages)
         if self.parser.in_message and i not in self._by_message:
             p = self.parser                # the header just read
-            out += self._start(i, item_kind(p.current_role, p.channel, p.recipient), p.recipient)
+            out += self._start(i, item_kind(p.current_role, p.channel, p.recipient, self.tools), p.recipient,
+                               p.channel)
         if d is not None and d.text and self._by_message.get(i) is not None:
             out += self._delta(self._by_message[i], d.text)
         if body and self.parser.in_message and self._by_message.get(i) is not None:
@@ -256,11 +272,11 @@ class ReplyStream:
                 item.cut = True
         return out
 
-    def _start(self, i: int, kind: str | None, recipient: str | None) -> list[ReplyEvent]:
+    def _start(self, i: int, kind: str | None, recipient: str | None, channel: str | None) -> list[ReplyEvent]:
         if kind is None:
             self._by_message[i] = None
             return []
-        item = new_item(kind, len(self.items), self._counts[kind], recipient)
+        item = new_item(kind, len(self.items), self._counts[kind], recipient, channel, self.tools)
         if i == self._open_at:
             item.received = self._prefilled    # the prefill's text is the prompt's, not the reply's
         self._counts[kind] += 1
@@ -296,7 +312,8 @@ class ReplyStream:
             msg = self.parser.messages[i]
             self._ended += 1
             if i not in self._by_message:
-                out += self._start(i, item_kind(msg.role, msg.channel, msg.recipient), msg.recipient)
+                out += self._start(i, item_kind(msg.role, msg.channel, msg.recipient, self.tools), msg.recipient,
+                                   msg.channel)
             item = self._by_message[i]
             if item is None:
                 continue

@@ -10,6 +10,11 @@ def _get(schema, key):
     return schema.get(key) if isinstance(schema, dict) else None
 
 
+def _has(schema, key) -> bool:
+    """Whether the schema has the key, null or not (serde's get: Some(Null))."""
+    return isinstance(schema, dict) and key in schema
+
+
 def _json(v) -> str:
     """v as openai-harmony writes it (serde_json: compact, numbers by ryu)."""
     if isinstance(v, bool) or v is None or isinstance(v, str):
@@ -87,7 +92,7 @@ def schema_to_typescript(schema, indent: str) -> str:
             trailing = []
             if isinstance(_get(variant, "description"), str):
                 trailing.append(variant["description"])
-            if _get(variant, "default") is not None:
+            if _has(variant, "default"):
                 trailing.append("default: " + _default(variant["default"], variant, raw_enum_strings=False))
             if trailing:
                 out += " // " + " ".join(trailing)
@@ -114,7 +119,7 @@ def schema_to_typescript(schema, indent: str) -> str:
         return "boolean"
     if ty == "array":
         items = _get(schema, "items")
-        return schema_to_typescript(items, indent) + "[]" if items is not None else "Array<any>"
+        return schema_to_typescript(items, indent) + "[]" if _has(schema, "items") else "Array<any>"
     return "any"
 
 
@@ -132,7 +137,7 @@ def _object_to_typescript(schema: dict, indent: str) -> str:
             if isinstance(_get(val, "title"), str):
                 out += f"{indent}// {val['title']}\n{indent}//\n"
             one_of = _get(val, "oneOf")
-            if one_of is None and isinstance(_get(val, "description"), str):
+            if not _has(val, "oneOf") and isinstance(_get(val, "description"), str):
                 out += f"{indent}// {val['description']}\n"
             examples = _get(val, "examples")
             if isinstance(examples, list) and examples:
@@ -142,7 +147,7 @@ def _object_to_typescript(schema: dict, indent: str) -> str:
                 out += _one_of_property(key, opt, val, one_of, indent)
                 continue
             out += f"{indent}{key}{opt}: " + _nullable(val, schema_to_typescript(val, indent + "    ")) + ","
-            if one_of is None and _get(val, "default") is not None:
+            if not _has(val, "oneOf") and _has(val, "default"):
                 out += " // default: " + _default(val["default"], val)
             out += "\n"
     return out + f"{indent}}}"
@@ -157,7 +162,7 @@ def _one_of_property(key: str, opt: str, val: dict, variants: list, indent: str)
     if not skip and desc is not None:
         out += f"{indent}// {desc}\n"
         above = True
-    if val.get("default") is not None:
+    if "default" in val:
         out += f"{indent}// default: {_default(val['default'], val)}\n"
     out += f"{indent}{key}{opt}:\n"
     for i, variant in enumerate(variants):
@@ -166,7 +171,7 @@ def _one_of_property(key: str, opt: str, val: dict, variants: list, indent: str)
         vdesc = _get(variant, "description")
         if not (i == 0 and above) and isinstance(vdesc, str) and vdesc != desc:
             trailing.append(vdesc)
-        if _get(variant, "default") is not None:
+        if _has(variant, "default"):
             trailing.append("default: " + _default(variant["default"], variant))
         if trailing:
             out += " // " + " ".join(trailing)

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from ..reply import ReplyStream, call_arguments, new_id
+from ..reply_plan import tool_names
 from .anthropic_params import CountBody, MessagesBody, chat_messages, function_tools, reasoning, tool_choice
 from .bridge import EventStream, Submitted
 from .errors import APIError, bad_request
@@ -79,7 +80,7 @@ async def handle(server, body: MessagesBody, request: Request):
     clamped = 1 <= room < n
     sub = server.submit(prompt, min(n, room) if clamped else n, body, "max_tokens", "messages",
                         plan.gate(server.tok))
-    reply = ReplyStream(server.tok, stops, plan.prefix)
+    reply = ReplyStream(server.tok, stops, plan.prefix, tools=tool_names(plan.tools))
     msg = Message(server.name, show, clamped)
     if body.stream:
         return EventStream(with_error_event(msg.stream(server, sub, reply)), sub.gen)

@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from ..logprobs import ContentLogprobs
 from ..reply import ReplyEvent, ReplyStream
+from ..reply_plan import tool_names
 from .bridge import EventStream, Submitted, cancel_unfinished
 from .choices import choice_count, merged, seeded, summed_usage, watched
 from .errors import bad_request
@@ -97,7 +98,7 @@ async def handle(server, body: ChatBody, request: Request):
         for k in range(n_choices):
             fields = seeded(body, k, server.defaults.sampling)
             sub = server.submit(prompt, n, fields, param, "messages", plan.gate(server.tok), n_top)
-            choices.append(ChatChoice(sub, ReplyStream(server.tok, stops, plan.prefix),
+            choices.append(ChatChoice(sub, ReplyStream(server.tok, stops, plan.prefix, tools=tool_names(plan.tools)),
                                       None if n_top is None else ContentLogprobs(server.tok, sub.gen)))
     except BaseException:
         for c in choices:

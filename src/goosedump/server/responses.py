@@ -14,7 +14,7 @@ from fastapi.responses import Response
 from ..harmony import REASONING_EFFORTS
 from ..logprobs import ContentLogprobs
 from ..reply import Item, ReplyStream
-from ..reply_plan import strict_by_default
+from ..reply_plan import strict_by_default, tool_names
 from .bridge import EventStream, Submitted
 from .errors import APIError, bad_request
 from .params import check_common, finish_reason, response_id, stop_strings, top_count
@@ -302,7 +302,7 @@ async def handle(server, body: ResponsesBody, request: Request):
     stops = stop_strings(body.stop)           # (checked before the generation is queued)
     sub = server.submit(prompt, n, body, "max_output_tokens", "input", plan.gate(server.tok), n_top)
     lps = None if n_top is None else ContentLogprobs(server.tok, sub.gen)
-    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stops, plan.prefix), lps)
+    resp = _Response(server, body, effort, sub, ReplyStream(server.tok, stops, plan.prefix, tools=tool_names(plan.tools)), lps)
     if body.stream:
         return EventStream(resp.stream(), sub.gen)
     await server.run_reply(sub, resp.reply, request, lps)
