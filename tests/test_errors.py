@@ -339,3 +339,24 @@ def test_inspect_escapes_the_files_name(tmp_path, small_vocab, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\r" not in out
     assert "evil\\x1b[2J" in out
+
+
+@pytest.mark.parametrize("key,vtype,value,etype,fragment", [
+    ("tokenizer.ggml.model", ValueType.ARRAY, [1, 2, 3], ValueType.UINT8, "must be a string, got ARRAY of UINT8"),
+    ("tokenizer.ggml.model", ValueType.UINT32, 2, None, "must be a string, got UINT32"),
+    ("tokenizer.ggml.pre", ValueType.ARRAY, ["gpt-4o"], ValueType.STRING, "must be a string, got ARRAY of STRING"),
+])
+def test_tokenizer_keys_of_the_wrong_type_are_named(tmp_path, small_vocab, key, vtype, value, etype, fragment):
+    """(numpy's "truth value of an array is ambiguous" had been the error)"""
+    def edit(kv, tensors):
+        set_kv(kv, key, remove=True)
+        kv.append((key, vtype, value, etype))
+    expect_error(write(tmp_path, small_vocab, edit), key, fragment)
+
+
+def test_token_types_of_another_kind_are_named(tmp_path, small_vocab):
+    tokens, types, merges = small_vocab
+    def edit(kv, tensors):
+        set_kv(kv, "tokenizer.ggml.token_type", remove=True)
+        kv.append(("tokenizer.ggml.token_type", ValueType.ARRAY, [True] * len(tokens), ValueType.BOOL))
+    expect_error(write(tmp_path, small_vocab, edit), "token_type must be an integer array, got ARRAY of BOOL")

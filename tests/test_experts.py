@@ -11,6 +11,7 @@ import goosedump
 from goosedump import experts as experts_mod
 from goosedump import synth
 from goosedump.experts import ExpertReadError, ExpertStore
+from goosedump.gguf import GGMLType
 from goosedump.options import Options
 
 PROMPT = [97, 485, 197, 383, 11, 290, 377, 12, 500, 3]
@@ -209,3 +210,41 @@ def test_cache_sim_policies_on_a_trace(tmp_path):
         assert simulate(rows, 6, p)["hit_rate"] <= best
     with pytest.raises(ValueError, match="1 slots cannot hold the 2 experts"):
         simulate(rows, 1, "lru")
+
+
+def _retyped(path, vocab, kinds):
+    """The tiny preset with its experts' matrices retyped: kinds(layer,
+    piece name) -> a GGMLType, or None to keep the file's."""
+    import dataclasses
+
+    def edit(kv, tensors):
+        for i, t in enumerate(tensors):
+            if "_exps.weight" in t.name:
+                kind = kinds(int(t.name.split(".")[1]), t.name)
+                if kind is not None:
+                    tensors[i] = dataclasses.replace(t, type=kind)
+    synth.write_model(path, "tiny", seed=3, vocab=vocab, edit=edit)
+    return os.fspath(path)
+
+
+@pytest.mark.parametrize("name, kinds", [
+    # llama-quantize gives ffn_down more bits on some layers: a later layer's piece outgrows layer 0's
+    ("layers", lambda layer, name: GGMLType.F16 if layer > 0 else None),
+    ("down", lambda layer, name: GGMLType.Q8_0 if layer > 0 and "down" in name else GGMLType.Q4_0),
+    # F32 matrices (rows of floats, not biases)
+    ("f32", lambda layer, name: GGMLType.F32),
+])
+def test_streamed_experts_of_any_types_equal_them_in_place(tmp_path, small_vocab, name, kinds):
+    """A slot holds every layer's pieces (it had been sized by layer 0's
+    alone: a larger later piece ran into the next one, wrong logits or a
+    "short read"), and F32 matrices stream as rows (they had been read as
+    a bias: a reshape error naming nothing)."""
+    path = _retyped(tmp_path / f"{name}.gguf", small_vocab, kinds)
+    tokens = [5, 77, 300, 12, 9, 400, 3, 7]
+    ref = goosedump.load(path, expert_cache="1G")
+    assert ref.store.in_place
+    m = goosedump.load(path, expert_cache=1 << 20)
+    assert not m.store.in_place and m.store.n_slots >= m.config.n_expert_used
+    np.testing.assert_array_equal(m.logits(tokens), ref.logits(tokens))
+    largest = max(m.file.tensors[f"blk.{i}.ffn_down_exps.weight"].nbytes for i in range(m.config.n_layer))
+    assert m.store.slot_bytes > largest // m.config.n_expert

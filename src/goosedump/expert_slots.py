@@ -19,11 +19,14 @@ def slot_layout(f: GGUFFile, c: ModelConfig) -> tuple[dict[str, int], int]:
     """Offsets of the six pieces' regions inside a slot and the slot's size.
     A region is page-aligned and one page longer than its piece rounded up to
     pages: a direct read covers the piece's pages whole, and the piece starts
-    at its offset within its first page."""
+    at its offset within its first page. A piece's region fits its largest
+    layer's: a file may give a piece another type on some layers (llama-quantize
+    gives ffn_down more bits on some)."""
     offsets, size = {}, 0
     for name in PIECES:
         offsets[name] = size
-        size += -(-(f.tensors[f"blk.0.{name}"].nbytes // c.n_expert) // PAGE) * PAGE + PAGE
+        largest = max(f.tensors[f"blk.{i}.{name}"].nbytes for i in range(c.n_layer))
+        size += -(-(largest // c.n_expert) // PAGE) * PAGE + PAGE
     return offsets, size
 
 

@@ -79,9 +79,9 @@ class ExpertStore:
             for name in PIECES:
                 t = f.tensors[f"blk.{i}.{name}"]
                 per_expert = t.nbytes // c.n_expert
-                if GGMLType(t.type) == GGMLType.F32:
+                if name.endswith(".bias"):          # (F32, config's check)
                     shape, dtype = t.dims[:1], np.dtype("<f4")
-                else:  # rows of quantized blocks
+                else:  # rows of a format's blocks (F32's too: the kernels take every weight's rows as bytes)
                     shape, dtype = (t.dims[1], per_expert // t.dims[1]), np.dtype(np.uint8)
                 layer[name] = _Piece(t.part, t.offset, per_expert, per_expert, slot_offsets[name], shape, dtype)
             self._pieces.append(layer)

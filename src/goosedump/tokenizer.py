@@ -37,11 +37,20 @@ class Tokenizer:
                 raise GGUFError(f"{f.path}: missing metadata key '{key}' (expected {kind})")
             return field
 
-        model = need("tokenizer.ggml.model", "a string")
+        def string(key: str):
+            field = need(key, "a string")
+            if not isinstance(field.value, str):
+                raise GGUFError(f"{f.path}: {key} must be a string, got {kind_of(field)}")
+            return field
+
+        def kind_of(field) -> str:
+            return field.type.name + (f" of {field.element_type.name}" if field.element_type is not None else "")
+
+        model = string("tokenizer.ggml.model")
         if model.value != "gpt2":
             raise GGUFError(f"{f.path}: tokenizer.ggml.model is '{model.value}', expected 'gpt2' "
                             f"(byte-level BPE)")
-        pre = need("tokenizer.ggml.pre", "a string")
+        pre = string("tokenizer.ggml.pre")
         if pre.value not in SUPPORTED_PRE:
             raise GGUFError(f"{f.path}: tokenizer.ggml.pre is '{pre.value}', expected one of "
                             f"{', '.join(SUPPORTED_PRE)}")
@@ -50,7 +59,7 @@ class Tokenizer:
         types = types_field.value
         if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu":
             raise GGUFError(f"{f.path}: tokenizer.ggml.token_type must be an integer array, got "
-                            f"{types_field.type.name} of {types_field.element_type}")
+                            f"{kind_of(types_field)}")
         if len(types) != len(tokens):
             raise GGUFError(f"{f.path}: tokenizer.ggml.token_type has {len(types)} entries, "
                             f"tokenizer.ggml.tokens has {len(tokens)}")
