@@ -360,3 +360,10 @@ def test_token_types_of_another_kind_are_named(tmp_path, small_vocab):
         set_kv(kv, "tokenizer.ggml.token_type", remove=True)
         kv.append(("tokenizer.ggml.token_type", ValueType.ARRAY, [True] * len(tokens), ValueType.BOOL))
     expect_error(write(tmp_path, small_vocab, edit), "token_type must be an integer array, got ARRAY of BOOL")
+
+
+def test_a_pipe_is_refused_not_waited_on(tmp_path):
+    """open() of a FIFO waits for a writer: load() had hung."""
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    expect_error(os.fspath(fifo), "not a regular file")

@@ -261,3 +261,53 @@ def test_a_hub_that_never_answers_is_given_up_on(tmp_path, monkeypatch):
             hubmod._listing(huggingface_hub.HfApi(endpoint=os.environ["HF_ENDPOINT"]), "someorg/stalled-GGUF")
     finally:
         server.close()
+
+
+def test_a_repo_alone_is_its_mxfp4_file_whatever_else_was_pulled_first(hub, tmp_path):
+    """The only model cached stands for a bare REPO only offline: online the
+    Hub's listing decides (a Q4_K_M pulled first had been the repo's model
+    from then on, without asking)."""
+    assert run(hub, tmp_path, "pull", f"{REPO}:Q4_K_M").returncode == 0
+    out = run(hub, tmp_path, "pull", REPO)
+    assert out.returncode == 0 and out.stdout.strip().endswith("gpt-oss-tiny-mxfp4.gguf"), (out.stdout, out.stderr)
+    cache = tmp_path / "c2"
+    assert run(hub, cache, "pull", f"{REPO}:Q4_K_M").returncode == 0
+    out = run(hub, cache, "pull", REPO, offline=True)          # offline: the model there is
+    assert out.returncode == 0 and out.stdout.strip().endswith("gpt-oss-tiny-Q4_K_M.gguf"), out.stderr
+
+
+def test_two_models_of_one_quant_are_named_by_their_files(tmp_path):
+    """A repo with a 20b and a 120b Q4_K_M: REPO:Q4_K_M had taken the first
+    silently, and `list` had named both REPO:Q4_K_M."""
+    from goosedump.hub import AmbiguousModelError, Name, choose
+    files = ["gpt-oss-120b-Q4_K_M.gguf", "gpt-oss-20b-Q4_K_M.gguf", "gpt-oss-20b-Q8_0.gguf"]
+    with pytest.raises(AmbiguousModelError, match="2 models of o/r carry the quant tag 'Q4_K_M'; name one as o/r:FILE"):
+        choose(Name("o/r", tag="Q4_K_M"), files)
+    assert choose(Name("o/r", tag="Q8_0"), files) == ["gpt-oss-20b-Q8_0.gguf"]
+    assert choose(Name("o/r", file="gpt-oss-20b-Q4_K_M.gguf"), files) == ["gpt-oss-20b-Q4_K_M.gguf"]
+
+
+def test_folders_and_files_that_are_not_models(hub, tmp_path):
+    """A folder's own models before its subfolders', subfolders two deep at
+    most (`inspect /` had walked the disk, and picked a file anywhere below
+    with mxfp4 in its name); a folder with a colon in its name; a pipe and a
+    dangling link named for what they are (not "no such file"; a pipe's
+    open had waited for a writer)."""
+    top = tmp_path / "models:v1"
+    (top / "deep" / "deeper" / "deepest").mkdir(parents=True)
+    (top / "gpt-oss-tiny-Q4_K_M.gguf").write_bytes(hub.files["gpt-oss-tiny-Q4_K_M.gguf"])
+    (top / "deep" / "other-mxfp4.gguf").write_bytes(hub.files["gpt-oss-tiny-mxfp4.gguf"])
+    out = run(hub, tmp_path, "pull", str(top), offline=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"{top}/gpt-oss-tiny-Q4_K_M.gguf", (out.stdout, out.stderr)
+    assert run(hub, tmp_path, "pull", f"{top}/", offline=True).returncode == 0
+    (top / "gpt-oss-tiny-Q4_K_M.gguf").unlink()
+    (top / "deep" / "other-mxfp4.gguf").rename(top / "deep" / "deeper" / "deepest" / "x-mxfp4.gguf")
+    out = run(hub, tmp_path, "pull", str(top), offline=True)
+    assert out.returncode == 2 and "holding no GGUF model" in out.stderr, out.stderr
+    fifo, link = tmp_path / "pipe.gguf", tmp_path / "gone.gguf"
+    os.mkfifo(fifo)
+    os.symlink(tmp_path / "nowhere.gguf", link)
+    out = run(hub, tmp_path, "inspect", str(fifo), offline=True)
+    assert out.returncode == 2 and "not a regular file (a pipe, device or socket)" in out.stderr, out.stderr
+    out = run(hub, tmp_path, "inspect", str(link), offline=True)
+    assert out.returncode == 2 and "a symbolic link to a file that does not exist" in out.stderr, out.stderr

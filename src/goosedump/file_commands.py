@@ -45,8 +45,14 @@ def cmd_synth(args: argparse.Namespace) -> int:
     size = write_model(args.out, PRESETS[args.preset], seed=args.seed, progress=not args.quiet,
                        routing=args.routing, recipe=args.recipe, split_max_size=split)
     if not args.quiet:
-        print(f"wrote {args.out} ({format_bytes(size)}) in {time.perf_counter() - t0:.1f} s",
-              file=sys.stderr)
+        what = args.out
+        if split is not None:       # (a split set: its parts are what was written, named after --out)
+            import glob
+            from .synth import split_paths
+            first = split_paths(args.out, 1)[0]
+            parts = sorted(glob.glob(glob.escape(first.removesuffix("-00001-of-00001.gguf")) + "-*-of-*.gguf"))
+            what = f"{parts[0]} .. {os.path.basename(parts[-1])}" if len(parts) > 1 else (parts or [first])[0]
+        print(f"wrote {what} ({format_bytes(size)}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
@@ -159,6 +160,13 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike, whole_set: bool = True):
         self.path = os.fspath(path)
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            mode = None                 # (open's own error below)
+        if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISBLK(mode)):
+            # (a FIFO's open waits for a writer: load() had hung)
+            raise GGUFError(f"{self.path}: not a GGUF file: not a regular file (a pipe, device or socket)")
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())

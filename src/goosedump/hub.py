@@ -1,14 +1,16 @@
 """Models by name, the way llama.cpp (`-hf`) and ollama users name them. A
 model argument that is not a local file is a Hugging Face repo id:
 
-    REPO                 the repo's MXFP4 file (else its only model, else a list to choose from)
+    REPO                 the repo's MXFP4 file (else its only model, else a list to choose from), as the
+                         Hub lists it (offline: as the cache holds it)
     REPO:QUANT           the file (or split set) whose quant tag is QUANT (Q4_K_M, Q8_0, F16, MXFP4,
                          UD-Q4_K_XL...), else whose name carries it as llama.cpp matches it (a whole
                          word, then . or -); case-insensitive
     REPO:FILE.gguf       that file (folders included); a part of a split set brings the whole set
     hf.co/REPO[:QUANT]   ollama's spelling of the same (https://huggingface.co/REPO too)
     gpt-oss:20b          ollama's names of gpt-oss: ggml-org's MXFP4 repos
-    FOLDER               a local folder's model, chosen as a repo's is
+    FOLDER               a local folder's model, chosen as a repo's is (its own files first, then
+                         its subfolders' two deep)
 
 Files come into the standard Hugging Face cache (huggingface_hub), every
 part of a split set, and are found there again without the network.
@@ -115,9 +117,12 @@ def choose(name: Name, files: list[str], sizes: dict[str, int] | None = None) ->
     firsts = [f for f in models if not is_later_part(f)]
     if name.tag is not None:
         # the file whose tag is the name's (as `list` names it) first: F16 is not BF16's
-        for f in firsts:
-            if (quant_tag(f) or "").upper() == name.tag.upper():
-                return split_set(f, files)
+        tagged = [f for f in firsts if (quant_tag(f) or "").upper() == name.tag.upper()]
+        if len(tagged) > 1:         # (two models of one quant, a 20b's and a 120b's: the first had been taken)
+            raise AmbiguousModelError(f"{len(tagged)} models of {name.repo} carry the quant tag {name.tag!r}; "
+                                      f"name one as {name.repo}:FILE: {describe(tagged, sizes)}")
+        if tagged:
+            return split_set(tagged[0], files)
         # then llama.cpp's reading (TAG then . or -), the tag a whole word of the name
         pattern = re.compile(r"(?:^|[-._/])" + re.escape(name.tag) + r"[.-]", re.IGNORECASE)
         for f in firsts:
@@ -125,7 +130,7 @@ def choose(name: Name, files: list[str], sizes: dict[str, int] | None = None) ->
                 return split_set(f, files)
         raise ModelNotFoundError(f"no file of {name.repo} carries the quant tag {name.tag!r}; its models: "
                                  f"{describe(models, sizes)}")
-    mxfp4 = [f for f in firsts if re.search(r"mxfp4[.-]", f, re.IGNORECASE)]
+    mxfp4 = [f for f in firsts if _is_mxfp4(f)]
     if mxfp4:
         return split_set(mxfp4[0], files)
     if len(firsts) == 1:
@@ -135,6 +140,11 @@ def choose(name: Name, files: list[str], sizes: dict[str, int] | None = None) ->
     tags = sorted({t for f in firsts if (t := quant_tag(f))})
     raise AmbiguousModelError(f"{name.repo} holds {len(firsts)} models; name one, as {name.repo}:QUANT "
                              f"({', '.join(tags[:12]) or 'QUANT'}) or {name.repo}:FILE: {describe(models, sizes)}")
+
+
+def _is_mxfp4(path: str) -> bool:
+    """A file named as an MXFP4 one (its name, not its folders')."""
+    return re.search(r"mxfp4[.-]", os.path.basename(path), re.IGNORECASE) is not None
 
 
 def quant_tag(path: str) -> str | None:
@@ -247,7 +257,13 @@ def _resolve(arg: str | None, download: bool) -> str:
     arg = default_name() if arg is None else arg
     if os.path.isfile(arg):
         return arg
-    folder, _, sel = arg.partition(":")
+    if os.path.lexists(arg) and not os.path.isdir(arg):
+        # (a FIFO's open would wait for a writer; a dangling link is no "no such file")
+        raise ModelNotFoundError(f"{arg}: " + ("a symbolic link to a file that does not exist "
+                                               f"({os.readlink(arg)})" if os.path.islink(arg) and
+                                               not os.path.exists(arg) else
+                                               "not a regular file (a pipe, device or socket), not a GGUF model"))
+    folder, _, sel = (arg, "", "") if os.path.isdir(arg) else arg.partition(":")
     if os.path.isdir(folder):                # FOLDER, FOLDER:QUANT, FOLDER:FILE
         local = _in_folder(folder, sel)
         if local is not None or not (_REPO.match(folder) or arg.lower() in OLLAMA_NAMES):
@@ -269,16 +285,23 @@ def _resolve(arg: str | None, download: bool) -> str:
         wanted, choice_error = None, e      # several cached (offline, the choices)
     except ModelNotFoundError:
         wanted = None                       # the cache may hold only part of the repo: ask the Hub
-    if wanted and all(w in cached for w in wanted):
+    have = bool(wanted) and all(w in cached for w in wanted)
+    # A bare REPO is its MXFP4 file, else its only model: the only model cached is the repo's only one
+    # only if the Hub says so (another quant pulled first had stood for the repo); offline it is taken.
+    if have and (name.file or name.tag or _is_mxfp4(wanted[0])):
         return cached[wanted[0]]
     why = hub_unreachable()
     if why is not None:
+        if have:
+            return cached[wanted[0]]
         if choice_error is not None:
             # several models cached, none named: those are the choices there are
             raise ModelNotFoundError(f"{choice_error} (in the Hugging Face cache; the Hub cannot be reached: "
                                      f"{why})") from None
         raise _offline_error(arg, name, why)
     if not download:
+        if have:
+            return cached[wanted[0]]
         raise ModelNotFoundError(f"{arg}: not in the Hugging Face cache")
     return download_model(name)[0]
 
@@ -287,15 +310,34 @@ def _in_folder(folder: str, sel: str = "") -> str | None:
     """The model in a local folder (as `hf download --local-dir` leaves one),
     chosen as a repo's is (sel: a QUANT or FILE, as after REPO:); None if it
     holds no GGUF model."""
-    files = sorted(os.path.relpath(os.path.join(r, n), folder).replace(os.sep, "/")
-                   for r, _, names in os.walk(folder) for n in names)
+    files = _folder_files(folder)
     if not any(is_model(f) for f in files):
         return None
+    top = [f for f in files if "/" not in f]
+    if any(is_model(f) for f in top) and not sel:
+        files = top         # (a folder's own models before its subfolders')
     wanted = choose(named(folder.rstrip("/"), sel), files)
     missing = [w for w in wanted if w not in files]
     if missing:
         raise ModelNotFoundError(f"{folder}: the split set of {wanted[0]} lacks {', '.join(missing)}")
     return os.path.join(folder, wanted[0])
+
+
+FOLDER_DEPTH = 2       # subfolders a local folder's models are looked for in (a repo's quant folders)
+
+
+def _folder_files(folder: str) -> list[str]:
+    """A local folder's files, as paths relative to it: its own and those of
+    its subfolders FOLDER_DEPTH deep at most (unsloth's repos keep a split
+    quant in a folder of its own; `inspect /` had walked the whole disk),
+    hidden folders (.cache, .git) left out."""
+    out = []
+    for root, dirs, names in os.walk(folder):
+        rel = os.path.relpath(root, folder)
+        depth = 0 if rel == "." else rel.count(os.sep) + 1
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if depth < FOLDER_DEPTH else []
+        out += [(n if rel == "." else os.path.join(rel, n)).replace(os.sep, "/") for n in names]
+    return sorted(out)
 
 
 def _listing(hf, repo: str) -> list:
@@ -355,9 +397,11 @@ def cached_models() -> list[dict]:
         names = sorted(files)
         # a set's first part, present or not (a set missing it is listed, as incomplete)
         firsts = sorted({split_set(f)[0] for f in names if is_model(f)})
-        for f in firsts:
+        tags = [quant_tag(f) for f in firsts]
+        for f, tag in zip(firsts, tags):
             parts = split_set(f, names)
-            tag = quant_tag(f)
+            if tags.count(tag) > 1:
+                tag = None          # (two models of one quant: each named by its file, the name `pull` takes)
             out.append({"name": f"{repo}:{tag}" if tag else f"{repo}:{f}", "repo": repo, "file": f,
                         "path": files.get(f), "parts": len(parts),
                         "bytes": sum(os.path.getsize(files[p]) for p in parts if p in files),
