@@ -111,7 +111,7 @@ def test_thinking_and_tool_use_blocks_whole_and_streamed(tiny_model):
     turn = ReplyStream(tok)
     events = feed_all(turn, ids)
     r = SimpleNamespace(stop_reason="eos", prompt_tokens=50, cached_tokens=20, generated_tokens=len(ids))
-    msg = Message("m", True)
+    msg = Message("m", "shown")
     whole = msg.whole(turn, r)
     AnthropicMessage.model_validate(whole)
     assert [b["type"] for b in whole["content"]] == ["thinking", "thinking", "text", "tool_use"]
@@ -133,12 +133,20 @@ def test_thinking_and_tool_use_blocks_whole_and_streamed(tiny_model):
     assert [b.model_dump(exclude_none=True, exclude={"parsed_output", "citations"}) for b in snapshot.content] == \
         [{k: v for k, v in b.items()} for b in whole["content"]]
     # display omitted: the thinking blocks stay, empty
-    hidden = Message("m", False).whole(turn, r)
+    hidden = Message("m", "omitted").whole(turn, r)
     assert [b.get("thinking") for b in hidden["content"][:2]] == ["", ""]
+    # thinking not asked for (unset or disabled): no thinking blocks at all, whole or streamed, as Anthropic's
+    # API (content[0].text is the answer's), the stream's indexes counting the blocks it sends
+    plain = Message("m", "none")
+    assert [b["type"] for b in plain.whole(turn, r)["content"]] == ["text", "tool_use"]
+    started = [json.loads(s.split("data: ", 1)[1]) for s in plain.deltas(events, {})]
+    assert {e["type"] for e in started} == {"content_block_start", "content_block_delta", "content_block_stop"}
+    assert [e["index"] for e in started if e["type"] == "content_block_start"] == [0, 1]
+    assert all(e["delta"]["type"] != "thinking_delta" for e in started if e["type"] == "content_block_delta")
     # a call cut before its arguments close is left out
     cut = ReplyStream(tok)
     feed_all(cut, ids[:-3])
-    assert [b["type"] for b in Message("m", True).whole(cut, r)["content"]] == ["thinking", "thinking", "text"]
+    assert [b["type"] for b in Message("m", "shown").whole(cut, r)["content"]] == ["thinking", "thinking", "text"]
 
 
 def test_tool_arguments_parse_where_the_api_returns_objects():

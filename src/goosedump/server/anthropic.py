@@ -54,7 +54,7 @@ def register(app: FastAPI, server, read) -> None:
 
 
 def render(server, body: MessagesBody):
-    """(prompt ids, the reply's plan, whether thinking is shown)."""
+    """(prompt ids, the reply's plan, how thinking is shown: anthropic_params.reasoning)."""
     effort, budget, show = reasoning(body)
     if body.reasoning_budget is None:
         body.reasoning_budget = budget
@@ -124,8 +124,9 @@ def stop_fields(why: str, seq: str | None, engine: str | None) -> dict:
 class Message:
     """One reply as Anthropic's message, whole or as its stream's events."""
 
-    def __init__(self, model: str, show_thinking: bool, clamped: bool = False):
-        self.id, self.model, self.show, self.clamped = new_id("msg_"), model, show_thinking, clamped
+    def __init__(self, model: str, thinking: str, clamped: bool = False):
+        # thinking: "shown", "omitted" (blocks left empty) or "none" (no thinking blocks)
+        self.id, self.model, self.thinking, self.clamped = new_id("msg_"), model, thinking, clamped
 
     def head(self) -> dict:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model}
@@ -133,7 +134,10 @@ class Message:
     def block(self, item, whole: bool) -> dict | None:
         """An item's content block: whole (its text), or the empty one a stream starts."""
         if item.kind == "reasoning":
-            return {"type": "thinking", "thinking": item.text if whole and self.show else "", "signature": ""}
+            if self.thinking == "none":
+                return None
+            return {"type": "thinking", "thinking": item.text if whole and self.thinking == "shown" else "",
+                    "signature": ""}
         if item.kind == "content":
             return {"type": "text", "text": item.text if whole else ""}
         args = call_arguments(item) if whole else {}
@@ -149,10 +153,15 @@ class Message:
         out = []
         for what, item, text in events:
             if what == "start":
+                block = self.block(item, False)
+                if block is None:       # (thinking not asked for: no block, the next block takes the index)
+                    continue
                 index[item.id] = len(index)
                 out.append(event("content_block_start", {"type": "content_block_start", "index": index[item.id],
-                                                         "content_block": self.block(item, False)}))
-            elif what == "delta" and text and (item.kind != "reasoning" or self.show):
+                                                         "content_block": block}))
+            elif item.id not in index:
+                continue
+            elif what == "delta" and text and (item.kind != "reasoning" or self.thinking == "shown"):
                 delta = {"reasoning": {"type": "thinking_delta", "thinking": text},
                          "content": {"type": "text_delta", "text": text},
                          "tool_call": {"type": "input_json_delta", "partial_json": text}}[item.kind]

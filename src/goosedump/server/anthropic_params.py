@@ -163,11 +163,15 @@ def tool_choice(choice: dict | None):
     return mapped
 
 
-def reasoning(body: MessagesBody) -> tuple[str | None, int | None, bool]:
-    """(effort or None for the default, reasoning budget or None, whether the thinking is shown):
-    thinking enabled sets the budget, disabled forbids reasoning, adaptive
-    or none leaves it to the model (gpt-oss always reasons); output_config's
-    effort sets harmony's (xhigh and max as high)."""
+def reasoning(body: MessagesBody) -> tuple[str | None, int | None, str]:
+    """(effort or None for the default, reasoning budget or None, how the
+    thinking is shown: "shown", "omitted" (empty blocks) or "none" (no
+    blocks)): thinking enabled sets the budget, disabled forbids reasoning,
+    adaptive or none leaves it to the model (gpt-oss always reasons);
+    output_config's effort sets harmony's (xhigh and max as high). As
+    Anthropic's API, a reply has thinking blocks only with thinking on
+    (enabled or adaptive): a client that asked for none reads
+    content[0].text."""
     effort = (body.output_config or {}).get("effort")
     if isinstance(effort, str):
         effort = {"xhigh": "high", "max": "high"}.get(effort, effort)
@@ -175,7 +179,8 @@ def reasoning(body: MessagesBody) -> tuple[str | None, int | None, bool]:
         raise bad_request(f"output_config.effort must be low, medium, high, xhigh or max, got {effort!r}",
                           param="output_config")
     t = body.thinking or {}
-    kind, show = t.get("type"), t.get("display") != "omitted"
+    kind = t.get("type")
+    show = "omitted" if t.get("display") == "omitted" else "shown"
     if kind == "enabled":
         budget = t.get("budget_tokens")
         if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
@@ -183,7 +188,9 @@ def reasoning(body: MessagesBody) -> tuple[str | None, int | None, bool]:
                               param="thinking")
         return effort, budget, show
     if kind == "disabled":
-        return effort, 0, show
-    if kind in (None, "adaptive", "between_tools"):
+        return effort, 0, "none"
+    if kind == "adaptive":
         return effort, None, show
+    if kind in (None, "between_tools"):
+        return effort, None, "none"
     raise bad_request(f"thinking.type must be enabled, disabled or adaptive, got {kind!r}", param="thinking")
