@@ -75,6 +75,30 @@ def test_cgroup_v2_and_unlimited(tmp_path):
     assert budget._cgroup_available(str(root), str(proc)) is None
 
 
+def test_a_parents_limit_counts_where_the_leaf_has_none(tmp_path):
+    """A limit on a slice or a pod, its children left unlimited: v2's
+    leaf with memory.max "max" and v1's unlimited leaf had read as no limit
+    at all (auto then kept experts in memory past the parent's limit)."""
+    root, proc = tmp_path / "cg", tmp_path / "self-cgroup"
+    write(str(proc), "0::/user.slice/session.scope\n")
+    parent, leaf = root / "user.slice", root / "user.slice" / "session.scope"
+    write(str(parent / "memory.max"), str(4 * GiB))
+    write(str(parent / "memory.current"), str(3 * GiB))
+    write(str(parent / "memory.stat"), "inactive_file 0\nactive_file 0\n")
+    write(str(leaf / "memory.max"), "max\n")
+    write(str(leaf / "memory.current"), str(GiB))
+    free, where = budget._cgroup_available(str(root), str(proc))
+    assert free == GiB and where == str(parent / "memory.max")
+    write(str(leaf / "memory.max"), str(GiB // 2))            # the tightest room wins
+    assert budget._cgroup_available(str(root), str(proc))[1] == str(leaf / "memory.max")
+    v1, proc1 = tmp_path / "v1", tmp_path / "self-cgroup-v1"
+    write(str(proc1), "7:memory:/p/leaf\n")
+    write(str(v1 / "memory" / "p" / "memory.limit_in_bytes"), str(4 * GiB))
+    write(str(v1 / "memory" / "p" / "memory.usage_in_bytes"), str(GiB))
+    write(str(v1 / "memory" / "p" / "leaf" / "memory.limit_in_bytes"), str(1 << 63))
+    assert budget._cgroup_available(str(v1), str(proc1))[0] == 3 * GiB
+
+
 def test_available_memory_is_at_most_memavailable():
     avail, where = budget.available_memory()
     with open("/proc/meminfo") as f:

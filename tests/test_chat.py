@@ -195,6 +195,13 @@ def test_render_options_are_checked(tiny_model):
         tiny_model.render_chat([{"role": "user", "content": "x"}], reasoning_effort="max")
     with pytest.raises(chat.ChatError, match="date must be YYYY-MM-DD, got '28/06/2025'"):
         tiny_model.render_chat([{"role": "user", "content": "x"}], date="28/06/2025")
+    with pytest.raises(chat.ChatError, match="date must be a date, YYYY-MM-DD, got '2026-13-45'"):
+        tiny_model.render_chat([{"role": "user", "content": "x"}], date="2026-13-45")
+    import datetime
+    assert tiny_model.render_chat([{"role": "user", "content": "x"}], date=datetime.date(2026, 12, 7)) == \
+        tiny_model.render_chat([{"role": "user", "content": "x"}], date="2026-12-07")
+    with pytest.raises(ValueError, match="response_format must be OpenAI's form"):
+        tiny_model.render_chat([{"role": "user", "content": "x"}], response_format="json")
     with pytest.raises(chat.ChatError, match=r"messages\[1\]: role must be .* got 'robot'"):
         tiny_model.render_chat([{"role": "user", "content": "x"}, {"role": "robot", "content": "x"}])
     with pytest.raises(chat.ChatError, match=r"messages\[0\]: content part 0 has type 'image_url'"):
@@ -396,6 +403,9 @@ def test_a_header_after_start_that_never_reaches_message_keeps_its_role(tiny_mod
     assert _reply_of(tiny_model, answer + "<|start|>assistant<|channel|>final More").content == "Hi!More"
     long_run = " ".join(["user"] + ["words"] * 60)
     assert "words" not in _reply_of(tiny_model, answer + "<|start|>" + long_run).content
+    # past the header's bound too: a tool's header, named or not, is a tool's (an unknown first word: its name)
+    for head in ("functions.get_weather to=assistant<|channel|>commentary ", "functions.get_weather "):
+        assert _reply_of(tiny_model, answer + "<|start|>" + head + "words " * 140).content == "Hi!", head
 
 
 def test_reply_splits_channels_and_tool_calls(tiny_model):
@@ -497,6 +507,9 @@ def test_response_format_follows_the_tools_and_makes_a_developer_message(tiny_mo
     ("<|channel|>analysis<|message|>Thinking<|end|><|start|>assistant<|channel|>final",
      "<|channel|>analysis<|message|>Thinking"),
     ("Text of a model that writes no header", "Text of a model that writes no header"),   # the parser's text
+    # a header that names a recipient stays a header longer (HEADER_LIMIT_NAMED): still cut
+    ("<|channel|>analysis<|message|>Go.<|end|><|start|>assistant<|channel|>commentary to=functions.f "
+     + "word " * 55, "<|channel|>analysis<|message|>Go."),
 ])
 def test_an_interrupted_chat_answer_keeps_its_whole_messages(tiny_model, generated, kept):
     """The chat REPL keeps an interrupted answer's tokens for the next turn

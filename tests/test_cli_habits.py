@@ -98,8 +98,15 @@ def test_bench_comma_lists_give_one_row_per_combination(tiny_path):
     assert [c.strip() for c in head.strip("|").split("|")] == ["model", "size", "params", "backend", "threads",
                                                                "test", "t/s"]
     assert [(r.split("|")[5].strip(), r.split("|")[6].strip()) for r in rows] == \
-        [("1", "pp8"), ("1", "tg2"), ("2", "pp8"), ("2", "tg2")]
+        [("1", "pp8"), ("1", "tg2 @ d8"), ("2", "pp8"), ("2", "tg2 @ d8")]
     fail(cli("bench", tiny_path, "-p", "8,x"), "-p/--prompt-tokens", "8,x")
+    # lists as llama-bench's: a ppP row once per P (not once per -n), a tgN row per pair named by the depth it
+    # decodes at, and -p 0 for decode from (nearly) empty, as llama-bench's tgN
+    table = cli("bench", tiny_path, "-p", "0,8", "-n", "0,2", "-r", "1")
+    assert table.returncode == 0, table.stderr
+    rows = [line for line in table.stdout.splitlines() if line.startswith("|")][2:]
+    assert [r.split("|")[6].strip() for r in rows] == ["tg2", "pp8", "tg2 @ d8"]
+    fail(cli("bench", tiny_path, "-p", "0", "-n", "0"), "-p 0 with -n 0 times nothing")
 
 
 def test_bench_tg_counts_forward_passes_as_llama_bench(tiny_path):
@@ -542,6 +549,17 @@ def test_flag_files_and_the_prompt_cache_folder_are_checked(tiny_path):
          "not a folder")
     fail(cli("run", tiny_path, "-p", "hi", "-n", "2", env={"GOOSEDUMP_PROMPT_CACHE": "/dev/null"}),
          "$GOOSEDUMP_PROMPT_CACHE /dev/null", "not a folder")
+
+
+def test_a_default_prompt_cache_that_is_no_folder_costs_the_cache_not_the_run(tiny_path, tmp_path):
+    """The default folder, which the user never chose, taken by a file: the
+    run goes on without the cache, saying so once (it had ended with an
+    error)."""
+    (tmp_path / "goosedump").mkdir()
+    (tmp_path / "goosedump" / "prompt-cache").write_text("x")
+    out = cli("run", tiny_path, "-p", "hi", "-n", "2", env={"XDG_CACHE_HOME": str(tmp_path), "GOOSEDUMP_PROMPT_CACHE": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("not a folder; the prompt cache is off for this run") == 1, out.stderr
 
 
 @pytest.mark.parametrize("args,needles", [

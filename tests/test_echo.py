@@ -36,8 +36,11 @@ def test_echo_puts_the_prompt_and_its_scores_first(client, tiny_model, ids):
     assert lp.token_logprobs[n:] == p.logprobs.token_logprobs and lp.top_logprobs[n:] == p.logprobs.top_logprobs
     engine = tiny_model.generate(ids, 1, prompt_logprobs=2).prompt_logprobs
     assert lp.token_logprobs[1:n] == [e.logprob for e in engine]
-    assert [len(t) for t in lp.top_logprobs[1:n]] == [len({tiny_model.tokenizer.decode([i]) for i, _ in e.top})
+    # each prompt token among its alternatives (as a sampled token is: up to logprobs + 1, OpenAI's rule)
+    dec = tiny_model.tokenizer.decode
+    assert [len(t) for t in lp.top_logprobs[1:n]] == [len({dec([i]) for i, _ in e.top} | {dec([e.token])})
                                                       for e in engine]
+    assert all(t[tok] == v for t, tok, v in zip(lp.top_logprobs[1:n], lp.tokens[1:n], lp.token_logprobs[1:n]))
     assert r.usage.prompt_tokens == n and r.usage.completion_tokens == 8
 
 
@@ -66,7 +69,9 @@ def test_echo_streamed_and_lm_eval_s_request(server, client, ids):
     continuation = choice["logprobs"]["token_logprobs"][ctxlen:-1]
     tops = choice["logprobs"]["top_logprobs"][ctxlen:-1]
     assert len(continuation) == len(ids) - ctxlen and all(v < 0 for v in continuation)
-    assert all(len(t) == 1 for t in tops)
+    # the top one, and the prompt's own token where it is not that one (lm-eval's is_greedy reads the max)
+    tokens = choice["logprobs"]["tokens"][ctxlen:-1]
+    assert all(1 <= len(t) <= 2 and tok in t for t, tok in zip(tops, tokens))
     assert continuation == whole.choices[0].logprobs.token_logprobs[ctxlen:len(ids)]
     no_logprobs = client.completions.create(model=MODEL, prompt=ids, max_tokens=4, temperature=0, echo=True)
     assert no_logprobs.choices[0].text == whole.choices[0].text and no_logprobs.choices[0].logprobs is None

@@ -274,3 +274,35 @@ def test_one_generations_failure_ends_it_alone(model):
         assert engine.submit(prompts[0], 4).wait().token_ids == alone(model, prompts[0], 4)
     finally:
         engine.close()
+
+
+def test_a_failing_end_callback_ends_its_generation_alone(model):
+    """An on_event callback that raises at the end event had killed the
+    worker: every other generation, and every later submit, waited for
+    ever."""
+    engine = Engine(model)
+    try:
+        def broken(gen, event):
+            if event is None:
+                raise RuntimeError("boom")
+        good = engine.submit([976, 4853], 5)
+        engine.submit([5, 77, 300], 5, on_event=broken)
+        assert good.wait().generated_tokens == 5 and engine.alive
+        assert engine.submit([976], 3).wait().generated_tokens == 3
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("max_batch", [1, 4])
+def test_close_ends_what_runs_and_what_waits(model, max_batch):
+    """close() cancels the generations running and queued (their consumers
+    had waited for ever; a full batch had run on to its limits first)."""
+    engine = Engine(model, max_batch=max_batch)
+    gens = [engine.submit([976, 4853], 3000 // 8) for _ in range(3)]
+    while not any(g.started for g in gens):
+        threading.Event().wait(0.01)
+    engine.close()
+    for g in gens:
+        assert g.wait().stop_reason == "cancelled" and g.result.generated_tokens < 3000 // 8
+    with pytest.raises(ValueError, match="max_batch must be at least 1"):
+        Engine(model, max_batch=2.5)

@@ -1,8 +1,10 @@
 """Generation: stop conditions, streaming, the result, the CLI and model names."""
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -74,6 +76,88 @@ def test_bad_inputs(tiny_model):
         tiny_model.generate("")
     with pytest.raises(ValueError, match="max_tokens must be at least 1"):
         tiny_model.generate(PROMPT, max_tokens=0)
+
+
+@pytest.mark.parametrize("prompt, message", [
+    (np.array([976.7, 4853.2]), "one-dimensional, of integers; got a 1-D array of float64"),   # (had been truncated)
+    (np.zeros((2, 2), np.int64), "got a 2-D array"),
+    (["976", "4853"], "token ids are integers, got '976'"),
+    ([True, False], "token ids are integers, got True"),
+    (b"Hello", "text (a str) or a sequence of token ids, got bytes"),          # (had been its byte values)
+    (None, "got NoneType"),
+    (976, "got int"),
+])
+def test_a_prompt_that_is_neither_text_nor_token_ids_is_named(tiny_model, prompt, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tiny_model.generate(prompt, max_tokens=2)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"max_tokens": None}, "max_tokens must be a whole number of tokens, at least 1, got None"),
+    ({"max_tokens": 2.5}, "max_tokens must be a whole number of tokens, at least 1, got 2.5"),
+    ({"time_budget": "1"}, "time_budget must be a number of seconds >= 0"),
+    ({"time_budget": float("nan")}, "time_budget must be a number of seconds >= 0"),
+    ({"prompt_logprobs": -1}, "prompt_logprobs must be a number of alternatives"),
+    ({"sampling": {"temperature": 0.5}}, "sampling must be a goosedump.sampling.SamplingParams, got dict"),
+])
+def test_generation_arguments_are_checked_before_any_work(tiny_model, kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tiny_model.generate([976, 4853], **{"max_tokens": 2, **kw})
+
+
+def test_a_stream_read_twice_or_waited_on_again_returns(tiny_model):
+    """A generation whose events were all taken gives none again (wait(),
+    a second loop over it and a chat turn iterated again had waited for
+    ever)."""
+    g = tiny_model.generate_stream([976, 4853], 5)
+    text = "".join(g)
+    assert g.wait().text == text and list(g) == [] and list(g.events()) == []
+    turn = tiny_model.chat([{"role": "user", "content": "hi"}], 5)
+    assert list(turn) == []
+
+
+def test_two_generations_of_one_model_do_not_share_its_cache_silently(tiny_model):
+    """One model's KV cache serves one generation at a time: a stream set
+    aside while another runs, or two threads, had both given wrong tokens.
+    Whichever steps takes the cache; the other ends, cancelled."""
+    a, b = [976, 4853, 19705], [5, 77, 300]
+    ref_a, ref_b = tiny_model.generate(a, 10).token_ids, tiny_model.generate(b, 10).token_ids
+    ga, gb = tiny_model.generate_stream(a, 10), tiny_model.generate_stream(b, 10)
+    ea, eb = ga.events(), gb.events()
+    taken_a = [next(ea)[0]]
+    taken_b = [t for t, _ in eb if t is not None]
+    taken_a += [t for t, _ in ea if t is not None]
+    assert taken_b == ref_b and gb.result.stop_reason == "max_tokens"
+    assert ga.result.stop_reason == "cancelled" and taken_a == ref_a[:len(taken_a)]
+    # two generations created, then run one after the other: each whole
+    g1, g2 = tiny_model.generate_stream(a, 10), tiny_model.generate_stream(b, 10)
+    assert g1.wait().token_ids == ref_a and g2.wait().token_ids == ref_b
+    # from two threads: each one's tokens are its own, or it says it was cancelled
+    out = {}
+    threads = [threading.Thread(target=lambda k, p: out.__setitem__(k, tiny_model.generate(p, 30)), args=(k, p))
+               for k, p in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, p in (("a", a), ("b", b)):
+        r, ref = out[k], tiny_model.generate(p, 30).token_ids
+        assert r.token_ids == ref[:len(r.token_ids)] and (r.stop_reason == "cancelled" or r.token_ids == ref), k
+
+
+def test_load_arguments_are_checked(tiny_path):
+    from goosedump.options import Options
+    for kw, message in [({"n_ctx": 100.5}, "n_ctx must be a whole number of tokens"),
+                        ({"threads": 2 ** 31}, "threads must be a number of threads from 0"),
+                        ({"expert_cache": 1.5}, "expert_cache must be a number of bytes"),
+                        ({"page_cache": "no"}, "page_cache must be True or False"),
+                        ({"threads": 2, "options": Options()}, "give options, or threads")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            goosedump.load(tiny_path, **kw)
+    m = goosedump.load(tiny_path)
+    m.close()
+    with pytest.raises(RuntimeError, match="the model is closed"):
+        m.generate([976], 2)
 
 
 def test_streaming_yields_whole_text(tiny_model):
@@ -240,4 +324,4 @@ def test_cli_bench_json(tiny_path):
     assert r["prefill_tokens_per_s_std"] >= 0 and r["decode_tokens_per_s_std"] >= 0
     assert r["threads"] == 1
     text = run_cli("bench", tiny_path, "-p", "16", "-n", "4", "-r", "1")
-    assert "pp16" in text.stdout and "tg4" in text.stdout
+    assert "pp16" in text.stdout and "tg4 @ d16" in text.stdout

@@ -311,3 +311,17 @@ def test_folders_and_files_that_are_not_models(hub, tmp_path):
     assert out.returncode == 2 and "not a regular file (a pipe, device or socket)" in out.stderr, out.stderr
     out = run(hub, tmp_path, "inspect", str(link), offline=True)
     assert out.returncode == 2 and "a symbolic link to a file that does not exist" in out.stderr, out.stderr
+
+
+def test_a_repo_the_hub_no_longer_lists_is_still_its_cached_model(hub, tmp_path):
+    """The Hub reachable, the repo gone from it (deleted, private, a lapsed
+    token, a 5xx): a bare REPO whose only cached model is not its MXFP4
+    file is that model, with a note, not an error."""
+    hub.repos["someorg/fading-GGUF"] = {"model-Q4_K_M.gguf": hub.files["gpt-oss-tiny-Q4_K_M.gguf"]}
+    try:
+        assert run(hub, tmp_path, "pull", "someorg/fading-GGUF").returncode == 0
+    finally:
+        del hub.repos["someorg/fading-GGUF"]
+    out = run(hub, tmp_path, "pull", "someorg/fading-GGUF")
+    assert out.returncode == 0 and out.stdout.strip().endswith("model-Q4_K_M.gguf"), out.stderr
+    assert "note: " in out.stderr and "using the model in the Hugging Face cache, model-Q4_K_M.gguf" in out.stderr

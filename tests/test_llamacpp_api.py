@@ -197,6 +197,11 @@ def test_limits_as_llama_server_reads_them(server, tiny_model):
     assert post(server, "/completion", {"prompt": PROMPT, "max_tokens": 3}).json()["tokens_predicted"] == 3
     assert post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, "max_tokens": 5,
                                         "stop": None}).json()["tokens_predicted"] == 2
+    # top_n_sigma at or below 0 is off, as llama.cpp applies it (SillyTavern sends 0 by default), here and on /v1
+    for value in (0, 0.0, -1):
+        assert post(server, "/completion", {"prompt": PROMPT, "n_predict": 1, "top_n_sigma": value}).status_code == 200
+        assert post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 1,
+                                                "top_n_sigma": value}).status_code == 200
     prompt = PROMPT + " in a land far away"
     warm = post(server, "/completion", {"prompt": prompt, "n_predict": 0, "n_probs": 2, "return_tokens": True}).json()
     assert (warm["content"], warm["tokens"], warm["tokens_predicted"], warm["stop_type"]) == ("", [], 0, "limit")

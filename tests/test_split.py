@@ -187,6 +187,17 @@ def test_inspect_shows_the_parts_and_synth_writes_sets(sets, tmp_path):
     assert made.returncode == 0, made.stderr
     written = sorted(tmp_path.glob("t-*-of-*.gguf"))
     assert len(written) >= 2 and goosedump.load(written[0]).generate(PROMPT, max_tokens=2).generated_tokens == 2
+    # it names what it wrote: the parts (not a --out never written, nor a stale part of another run), or the
+    # one file where the model fits the limit
+    again = subprocess.run([sys.executable, "-m", "goosedump", "synth", "--preset", "tiny", "--recipe", "q4_0",
+                            "--split-max-size", "20M", "--out", str(tmp_path / "t.gguf")], capture_output=True,
+                           text=True)
+    count = len(list(tmp_path.glob("t-*-of-00002.gguf")))
+    assert again.returncode == 0 and count == 2 and \
+        f"wrote {tmp_path}/t-00001-of-00002.gguf .. t-00002-of-00002.gguf (" in again.stderr, again.stderr
+    whole = subprocess.run([sys.executable, "-m", "goosedump", "synth", "--preset", "tiny", "--split-max-size", "1G",
+                            "--out", str(tmp_path / "w.gguf")], capture_output=True, text=True)
+    assert f"wrote {tmp_path}/w.gguf (" in whole.stderr and (tmp_path / "w.gguf").exists(), whole.stderr
     bad = subprocess.run([sys.executable, "-m", "goosedump", "synth", "--preset", "tiny", "--split-max-size", "10X",
                           "--out", str(tmp_path / "u.gguf")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--split-max-size='10X' is not a size" in bad.stderr

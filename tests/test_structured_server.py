@@ -320,6 +320,19 @@ def test_what_a_grammar_forces_is_not_cut_as_a_loop(client):
     jsonschema.validate(json.loads(r.choices[0].message.content), zeros)
 
 
+def test_a_loop_the_model_chooses_inside_a_grammar_still_stops(client, tiny_model):
+    """The loop stop spares what the grammar forces, not what it allows: a
+    model that writes "ab" over and over inside [a-z]+ is stopped, as
+    without the grammar (it had run to max_tokens, a chat to the context's
+    end)."""
+    (ab,) = tiny_model.tokenizer.encode("ab")
+    kw = dict(model=MODEL, prompt="x", max_tokens=300, temperature=0, logit_bias={str(ab): 100})
+    free = client.completions.create(**kw)
+    held = client.completions.create(**kw, extra_body={"grammar": "root ::= [a-z]+"})
+    assert free.choices[0].finish_reason == held.choices[0].finish_reason == "repetition", (free, held)
+    assert held.usage.completion_tokens < 40
+
+
 def test_a_grammar_no_text_can_complete_is_a_400_not_a_short_answer(server, client):
     """llguidance's error state (a grammar that needs a character none is)
     had read as acceptance: the text ended short, a 200 with finish_reason

@@ -169,11 +169,19 @@ def check_output(path: str | None, flag: str, model=None) -> None:
                 raise UsageError(f"{flag} {path}: that is the model's file; name another to write")
 
 
-def check_prompt_cache_folder(folder: str | None, flag: str = "--prompt-cache") -> None:
-    """The prompt cache's folder: one that exists must be a folder (one that
-    does not is made when the first entry is written)."""
+def check_prompt_cache_folder(folder: str | None, flag: str = "--prompt-cache", default: bool = False) -> str | None:
+    """The prompt cache's folder (one that does not exist is made when the
+    first entry is written). One that is not a folder: an error naming it
+    where the user gave it (the flag, the variable), else (the default
+    folder, which the user never chose) "off" with one note, as a folder
+    that cannot be read or written: it costs the cache, never the run."""
     if folder and folder != "off" and os.path.exists(folder) and not os.path.isdir(folder):
-        raise UsageError(f"{flag} {folder}: not a folder (give a folder for the cache, or --no-prompt-cache)")
+        if not default:
+            raise UsageError(f"{flag} {folder}: not a folder (give a folder for the cache, or --no-prompt-cache)")
+        print(f"goosedump: note: {flag} {folder}: not a folder; the prompt cache is off for this run",
+              file=sys.stderr)
+        return "off"
+    return folder
 
 
 def read_text(f, said: str, hint: str = "") -> str:

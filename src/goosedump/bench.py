@@ -1,9 +1,12 @@
 """`goosedump bench`: prefill and decode speed, llama-bench style: random token
 ids (no special tokens), greedy decode that runs through end-of-generation;
-comma lists (-p 128,512 -n 32,128 -t 1,2) give one row per combination, with
-llama-bench's columns (model, size, params, backend, threads, test, t/s).
-tgN times N forward passes of one token, as llama-bench's does (the token the
-prefill's logits give is not one of them); -n 0 times the prefill alone."""
+comma lists (-p 128,512 -n 32,128 -t 1,2), with llama-bench's columns (model,
+size, params, backend, threads, test, t/s). Each -p and -n pair is one run,
+a prefill of p tokens then n decode steps: a ppP row once per P and a tgN row
+per pair, "tgN @ dP" where it decodes after P tokens (llama-bench's depth;
+-p 0: after one token, as its tgN from an empty context). tgN times N
+forward passes of one token, as llama-bench's does (the token the prefill's
+logits give is not one of them); -n 0 times the prefill alone."""
 from __future__ import annotations
 
 import argparse
@@ -44,20 +47,22 @@ def measure(model, n_prompt: int, n_gen: int, reps: int, profile: bool, log) -> 
     rng = np.random.default_rng(0)
     runs = []
     for rep in range(reps + 1):  # the first is a warm-up, not counted
-        prompt = rng.choice(normal, n_prompt).tolist()
+        prompt = rng.choice(normal, max(n_prompt, 1)).tolist()     # (-p 0: the one token a decode needs)
         # the routing trace gives Belady's hit rate beside the achieved one
         r = model.generate(prompt, max_tokens=n_gen + 1, reuse_cache=False, ignore_eos=True,
                            profile=profile and rep == reps, record_routing=not model.store.in_place)
         if r.decode_steps != n_gen:
             raise RuntimeError(f"bench: {r.decode_steps} decode steps where {n_gen} were asked for")
         if rep:
-            runs.append((r.prefill_tokens_per_s, r.decode_tokens_per_s if n_gen else None))
-            log(f"pp{n_prompt} tg{n_gen} t{_kernels.num_threads()} rep {rep}: prefill {runs[-1][0]:.2f} tok/s"
-                + (f", decode {runs[-1][1]:.2f} tok/s" if n_gen else ""))
+            runs.append((r.prefill_tokens_per_s if n_prompt else None, r.decode_tokens_per_s if n_gen else None))
+            log(f"pp{n_prompt} tg{n_gen} t{_kernels.num_threads()} rep {rep}: "
+                + ", ".join(f"{what} {v:.2f} tok/s" for what, v in zip(("prefill", "decode"), runs[-1])
+                            if v is not None))
     pre, dec = [x[0] for x in runs], [x[1] for x in runs]
     sd = (lambda v: statistics.stdev(v) if len(v) > 1 else 0.0)
     return {"prompt_tokens": n_prompt, "gen_tokens": n_gen, "reps": reps, "threads": _kernels.num_threads(),
-            "prefill_tokens_per_s": statistics.mean(pre), "prefill_tokens_per_s_std": sd(pre),
+            "prefill_tokens_per_s": statistics.mean(pre) if n_prompt else None,
+            "prefill_tokens_per_s_std": sd(pre) if n_prompt else None,
             "decode_tokens_per_s": statistics.mean(dec) if n_gen else None,
             "decode_tokens_per_s_std": sd(dec) if n_gen else None,
             "runs": [{"prefill_tokens_per_s": p, "decode_tokens_per_s": d} for p, d in runs],
@@ -67,14 +72,16 @@ def measure(model, n_prompt: int, n_gen: int, reps: int, profile: bool, log) -> 
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.output == "json":                 # (llama-bench's -o json)
         args.json = True
-    prompts = int_list(args.prompt_tokens, "-p/--prompt-tokens", 1)
+    prompts = int_list(args.prompt_tokens, "-p/--prompt-tokens", 0)
     gens = int_list(args.gen_tokens, "-n/--gen-tokens", 0)
     threads = int_list(args.threads, "-t/--threads", 0)
     if args.reps < 1:
         raise UsageError(f"-r/--reps must be at least 1, got {args.reps}")
     for t in threads[1:]:
         check_threads(t)
-    args.ctx = max(prompts) + max(gens) + 1
+    if all(p == 0 for p in prompts) and all(n == 0 for n in gens):
+        raise UsageError("-p 0 with -n 0 times nothing: give prompt tokens (-p) or tokens to generate (-n)")
+    args.ctx = max(max(prompts), 1) + max(gens) + 1
     args.ctx_said = f"-p {max(prompts)} and -n {max(gens)} need a context of {args.ctx}, which"
     args.threads = threads[0]
     check_output(args.profile_out, "--profile-out")
@@ -108,16 +115,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(out))
         return 0
     name = os.path.basename(model.path)
-    print(f"| {'model':24s} | {'size':>10s} | {'params':>8s} | {'backend':12s} | {'threads':>7s} | {'test':>6s} "
-          f"| {'t/s':>16s} |")
-    print(f"| {'-' * 24} | {'-' * 10}:| {'-' * 8}:| {'-' * 12} | {'-' * 7}:| {'-' * 6}:| {'-' * 16}:|")
+    rows, shown = [], set()
     for r in results:
-        for test, key in ((f"pp{r['prompt_tokens']}", "prefill"), (f"tg{r['gen_tokens']}", "decode")):
-            if r[key + "_tokens_per_s"] is None:   # -n 0: no decode row, as llama-bench
-                continue
-            print(f"| {name[:24]:24s} | {format_bytes(size):>10s} | {params / 1e9:7.2f}B | {backend:12s} | "
-                  f"{r['threads']:7d} | {test:>6s} | {r[key + '_tokens_per_s']:8.2f} ± "
-                  f"{r[key + '_tokens_per_s_std']:5.2f} |")
+        p, n = r["prompt_tokens"], r["gen_tokens"]
+        if p and (r["threads"], p) not in shown:      # (each prefill once: the first run of its -p)
+            shown.add((r["threads"], p))
+            rows.append((r["threads"], f"pp{p}", r["prefill_tokens_per_s"], r["prefill_tokens_per_s_std"]))
+        if n:                                         # (-n 0: no decode row, as llama-bench)
+            rows.append((r["threads"], f"tg{n}" + (f" @ d{p}" if p else ""), r["decode_tokens_per_s"],
+                         r["decode_tokens_per_s_std"]))
+    width = max(6, *(len(test) for _, test, _, _ in rows))
+    print(f"| {'model':24s} | {'size':>10s} | {'params':>8s} | {'backend':12s} | {'threads':>7s} | {'test':>{width}s} "
+          f"| {'t/s':>16s} |")
+    print(f"| {'-' * 24} | {'-' * 10}:| {'-' * 8}:| {'-' * 12} | {'-' * 7}:| {'-' * width}:| {'-' * 16}:|")
+    for t, test, rate, std in rows:
+        print(f"| {name[:24]:24s} | {format_bytes(size):>10s} | {params / 1e9:7.2f}B | {backend:12s} | "
+              f"{t:7d} | {test:>{width}s} | {rate:8.2f} ± {std:5.2f} |")
     print_cache(last["expert_cache"], out=sys.stdout)
     if args.profile:
         print_profile(last["profile"], out=sys.stdout)

@@ -67,33 +67,31 @@ def _stat(text: str | None) -> dict[str, int]:
 
 def _cgroup_available(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> tuple[int, str] | None:
     """(bytes the process's memory cgroup can still take, its limit's file),
-    counting its reclaimable page cache as available; None without a limit."""
+    counting its reclaimable page cache as available; None without a limit.
+    Every cgroup from the process's own up to the root counts, the tightest
+    room wins: a limit is often set on a parent (a slice, a pod) and its
+    children left unlimited, and the leaf alone had read as no limit."""
     best = None
     for line in (_read(proc) or "").splitlines():
         hid, ctrl, path = (line.split(":", 2) + ["", ""])[:3]
-        path = path.strip().lstrip("/")
+        parts = [p for p in path.strip().split("/") if p]
         if hid == "0" and ctrl == "":          # v2: memory.max, memory.current, memory.stat
-            dirs, files = [os.path.join(root, path), root], ("memory.max", "memory.current", "inactive_file",
-                                                             "active_file")
+            base, files = root, ("memory.max", "memory.current", "inactive_file", "active_file")
         elif "memory" in ctrl.split(","):      # v1: memory.limit_in_bytes, memory.usage_in_bytes
-            base = os.path.join(root, "memory")
-            dirs, files = [os.path.join(base, path), base], ("memory.limit_in_bytes", "memory.usage_in_bytes",
-                                                             "total_inactive_file", "total_active_file")
+            base, files = os.path.join(root, "memory"), ("memory.limit_in_bytes", "memory.usage_in_bytes",
+                                                         "total_inactive_file", "total_active_file")
         else:
             continue
-        for d in dirs:
+        for k in range(len(parts), -1, -1):    # the process's cgroup, then each parent
+            d = os.path.join(base, *parts[:k])
             limit = (_read(os.path.join(d, files[0])) or "").strip()
-            if not limit.isdigit():
+            if not limit.isdigit() or int(limit) >= 1 << 60:     # (none here, or v1's "unlimited")
                 continue
-            limit_b = int(limit)
-            if limit_b >= 1 << 60:             # "unlimited" in v1
-                break
             used = int((_read(os.path.join(d, files[1])) or "0").strip() or 0)
             st = _stat(_read(os.path.join(d, "memory.stat")))
-            free = limit_b - used + st.get(files[2], 0) + st.get(files[3], 0)
+            free = int(limit) - used + st.get(files[2], 0) + st.get(files[3], 0)
             if best is None or free < best[0]:
                 best = (max(0, free), os.path.join(d, files[0]))
-            break
     return best
 
 

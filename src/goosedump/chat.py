@@ -143,8 +143,15 @@ class ChatOptions:
             raise ChatError(f"model_identity must be a string, got {type(self.model_identity).__name__}")
         if self.date is None:
             self.date = dt.date.today().isoformat()
-        elif not DATE_RE.match(self.date):
+        elif isinstance(self.date, dt.date):
+            self.date = self.date.isoformat()[:10]
+        elif not isinstance(self.date, str) or not DATE_RE.match(self.date):
             raise ChatError(f"date must be YYYY-MM-DD, got {self.date!r}")
+        else:
+            try:
+                dt.date.fromisoformat(self.date)
+            except ValueError:
+                raise ChatError(f"date must be a date, YYYY-MM-DD, got {self.date!r}") from None
 
 
 def to_harmony(messages: Sequence[dict], opts: ChatOptions) -> list[Message]:

@@ -6,6 +6,7 @@ read by arguments.py."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import os
@@ -36,11 +37,13 @@ def load_model(args: argparse.Namespace):
         from .promptcache import default_folder
         env = os.environ.get(ENV_PROMPT_CACHE)
         prompt_cache, said = (env, f"${ENV_PROMPT_CACHE}") if env else (default_folder(), "the default prompt cache")
-    check_prompt_cache_folder(prompt_cache, said)
+    prompt_cache = check_prompt_cache_folder(prompt_cache, said, default=said == "the default prompt cache")
     options = Options.from_env(expert_cache=args.expert_cache, threads=threads,
                                page_cache=getattr(args, "page_cache", False), prompt_cache=prompt_cache,
                                prompt_cache_size=getattr(args, "prompt_cache_size", None),
                                huge_pages=getattr(args, "huge_pages", None))
+    if isinstance(getattr(args, "max_batch", None), int):       # (serve: a KV cache per request decoded at once)
+        options = dataclasses.replace(options, kv_caches=max(1, args.max_batch))
     model = load(resolve_model(model_arg(args)), options=options)
     model.on_note = lambda text: print(text, file=sys.stderr)
     if ctx is not None:

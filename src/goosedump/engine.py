@@ -31,7 +31,7 @@ class Engine:
     served, up to max_batch decoded together."""
 
     def __init__(self, model, max_batch: int = 4):
-        if max_batch < 1:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.model = model
         self.max_batch = max_batch
@@ -72,6 +72,8 @@ class Engine:
         see Model.generate_stream."""
         if self._closed:
             raise RuntimeError("the engine is closed")
+        if self._thread is not None and not self._thread.is_alive():
+            raise RuntimeError("the engine's worker has stopped: a generation would wait for ever")
         gen = self.model.stepper.new(prompt, max_tokens, sampling, profile=profile, time_budget=time_budget,
                                      on_event=on_event, before_end=self._ended, constraint=constraint,
                                      keep_whole_prompt=False, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
@@ -89,6 +91,8 @@ class Engine:
         stepper = self.model.stepper
         active: list[Generation] = []
         while True:
+            if self._closed:         # (between steps: a full batch had run on to its limits)
+                return self._shut(active)
             # Join waiting generations between steps; block only when idle.
             while len(active) < self.max_batch:
                 try:
@@ -96,7 +100,7 @@ class Engine:
                 except queue.Empty:
                     break
                 if gen is None:
-                    return
+                    return self._shut(active)
                 self.active += 1
                 # (cancelled while it waited: no cache, so none is taken from, or written for, another)
                 if self._run(lambda: stepper.prefill(gen, None if gen.cancelled else self._cache_for(gen.prompt)),
@@ -107,6 +111,26 @@ class Engine:
                 active = self._run(lambda: stepper.decode(step), step) or []
                 self.steps += 1
                 self.batched_tokens += len(step)
+
+    def _shut(self, active: list[Generation]) -> None:
+        """close(): the generations running and those queued end now,
+        cancelled (their consumers had waited for ever)."""
+        stepper = self.model.stepper
+        for g in active:
+            if not g.done:
+                if g.cancelled is None:
+                    g.cancel("cancelled")
+                self._run(lambda g=g: stepper.finish(g, g.cancelled), [g])
+        while True:
+            try:
+                g = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if g is not None and not g.done:
+                if g.cancelled is None:
+                    g.cancel("cancelled")
+                self.active += 1
+                self._run(lambda g=g: stepper.prefill(g, None), [g])     # (cancelled: computes nothing)
 
     @staticmethod
     def _run(step, gens: list[Generation]):

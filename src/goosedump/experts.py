@@ -37,7 +37,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .expert_slots import PAGE, PIECES, ExpertView, StoreStats, slot_layout
-from .gguf import GGMLType, GGUFFile
+from .gguf import GGUFFile
 
 _NO_LOCK = contextlib.nullcontext()
 
@@ -95,7 +95,8 @@ class ExpertStore:
         self.n_slots = budget // slot_bytes
         if self.n_slots < c.n_expert_used:
             need = c.n_expert_used * slot_bytes
-            raise ValueError(f"an expert cache of {budget} bytes holds {self.n_slots} expert slots of "
+            raise ValueError(f"an expert cache (--expert-cache, $GOOSEDUMP_EXPERT_CACHE_SIZE) of {budget} bytes "
+                             f"holds {self.n_slots} expert slots of "
                              f"{slot_bytes} bytes; a token needs {c.n_expert_used} at once: give at least "
                              f"{-(-need // (1 << 20))}M")
         raw = np.empty(self.n_slots * slot_bytes + PAGE, np.uint8)

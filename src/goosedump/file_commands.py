@@ -42,16 +42,11 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if need + (64 << 20) > free:
         raise UsageError(f"--out {args.out}: the {args.preset} preset in the {args.recipe} recipe needs about "
                          f"{format_bytes(need)}, and {folder} has {format_bytes(free)} free")
+    paths: list[str] = []
     size = write_model(args.out, PRESETS[args.preset], seed=args.seed, progress=not args.quiet,
-                       routing=args.routing, recipe=args.recipe, split_max_size=split)
-    if not args.quiet:
-        what = args.out
-        if split is not None:       # (a split set: its parts are what was written, named after --out)
-            import glob
-            from .synth import split_paths
-            first = split_paths(args.out, 1)[0]
-            parts = sorted(glob.glob(glob.escape(first.removesuffix("-00001-of-00001.gguf")) + "-*-of-*.gguf"))
-            what = f"{parts[0]} .. {os.path.basename(parts[-1])}" if len(parts) > 1 else (parts or [first])[0]
+                       routing=args.routing, recipe=args.recipe, split_max_size=split, paths_out=paths)
+    if not args.quiet:          # (a split set: its parts, named after --out)
+        what = f"{paths[0]} .. {os.path.basename(paths[-1])}" if len(paths) > 1 else paths[0]
         print(f"wrote {what} ({format_bytes(size)}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
 
@@ -64,7 +59,8 @@ def inspect_report(path: str, budget: int | str, ctx: int | None) -> dict:
     path = resolve_model(path)
     check_ctx(ctx)
     t0 = time.perf_counter()
-    model = load(path)
+    from .options import Options
+    model = load(path, options=Options())      # (the layout alone: no setting of the environment's is read)
     open_s = time.perf_counter() - t0
     c, lay = model.config, model.layout
     # (as run reads -c; unsaid: run's default, never past the model's own)

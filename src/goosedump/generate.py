@@ -14,10 +14,12 @@ code points complete. Profiling and routing traces are a probe of each step
 """
 from __future__ import annotations
 
+import math
 import queue
+import sys
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,7 +28,7 @@ from .kvcache import KVCache
 from .logprobs import Pending, check_logprobs, prompt_logprobs
 from .probe import NO_PROBE, Rows
 from .profiling import Recorder
-from .result import (STOP_CANCELLED, STOP_EOS, STOP_MAX_TOKENS, STOP_REPETITION, STOP_TIME_BUDGET,
+from .result import (LOOP_MIN_TOKENS, STOP_CANCELLED, STOP_EOS, STOP_MAX_TOKENS, STOP_REPETITION, STOP_TIME_BUDGET,
                      ContextOverflowError, GenerationResult, repetition_loop, stop_after)
 from .sampling import GREEDY, NoTokenLeft, SamplingParams, best, make_rng, sample
 
@@ -39,7 +41,19 @@ _DONE = object()
 
 
 def check_prompt(ids: Sequence[int], n_vocab: int) -> list[int]:
-    """Token ids as ints, each inside the vocabulary."""
+    """Token ids as ints, each inside the vocabulary (integers only: 976.7,
+    "976", True or bytes are no token ids, and had been taken as some)."""
+    if isinstance(ids, np.ndarray):
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise ValueError(f"prompt: an array of token ids must be one-dimensional, of integers; got a "
+                             f"{ids.ndim}-D array of {ids.dtype}")
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes, bytearray)) or not isinstance(ids, Iterable):
+        raise ValueError(f"prompt must be text (a str) or a sequence of token ids, got {type(ids).__name__}")
+    ids = list(ids)
+    wrong = next((t for t in ids if isinstance(t, bool) or not isinstance(t, (int, np.integer))), None)
+    if wrong is not None:
+        raise ValueError(f"prompt: token ids are integers, got {wrong!r} ({type(wrong).__name__})")
     ids = [int(t) for t in ids]
     bad = [t for t in ids if not 0 <= t < n_vocab]
     if bad:
@@ -51,6 +65,8 @@ def check_context(n_prompt: int, max_tokens: int, n_ctx: int) -> None:
     """Context overflow is an error before any work is done."""
     if n_prompt == 0:
         raise ValueError("the prompt is empty: nothing to continue from")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)):
+        raise ValueError(f"max_tokens must be a whole number of tokens, at least 1, got {max_tokens!r}")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     if n_prompt + max_tokens > n_ctx:
@@ -91,6 +107,9 @@ class Generation:
         # goosedump.structured: allowed() -> mask of the tokens that may come
         # next, advance(token); None: any token
         self.constraint = constraint
+        # whether the constraint left the token just picked the only choice, and how many such in a row: a
+        # loop the grammar forces (thirty zeros of a schema) is no loop of the model's to stop
+        self.forced, self.forced_run = False, 0
         self.id = id
         self.submitted = time.perf_counter()
         self.started: float | None = None     # when its prefill began
@@ -149,9 +168,15 @@ class Generation:
         return self._done.is_set()
 
     def events(self) -> Iterator[Event]:
+        """Its events, once: a generation whose events were all taken gives
+        none again (it had waited for ever for an end it had already given)."""
         if self._on_event is not None:
             raise RuntimeError("this generation's events go to its on_event callback")
         while True:
+            if self.done and self._queue.empty():     # (every event is queued before done is set)
+                if self.error is not None:
+                    raise self.error
+                return
             if self._drive is not None and self._queue.empty() and not self.done:
                 self._drive(self)
                 continue
@@ -196,7 +221,11 @@ class Generation:
         finally:
             self._done.set()
             if self._on_event is not None:
-                self._on_event(self, None)
+                try:
+                    self._on_event(self, None)
+                except Exception as e:     # (the consumer's own failure: it must not stop an engine's worker)
+                    print(f"goosedump: generation {self.id}'s on_event callback failed at its end: "
+                          f"{type(e).__name__}: {e}", file=sys.stderr)
             else:
                 self._queue.put(_DONE)
 
@@ -223,10 +252,16 @@ class Stepper:
         c = self.tr.config
         ids = check_prompt(prompt, c.n_vocab)
         check_context(len(ids), max_tokens, self.n_ctx)
-        sampling = sampling or GREEDY
+        sampling = GREEDY if sampling is None else sampling
+        if not isinstance(sampling, SamplingParams):
+            raise ValueError(f"sampling must be a goosedump.sampling.SamplingParams, got {type(sampling).__name__}")
         sampling.check_vocab(c.n_vocab)
         check_logprobs(kw.get("logprobs"))
-        check_logprobs(kw.get("prompt_logprobs"))
+        check_logprobs(kw.get("prompt_logprobs"), "prompt_logprobs")
+        budget = kw.get("time_budget")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                   or not math.isfinite(budget) or budget < 0):
+            raise ValueError(f"time_budget must be a number of seconds >= 0 (or None: none), got {budget!r}")
         recorder = Recorder(c, self.store, profile, record_routing) if profile or record_routing else None
         return Generation(ids, max_tokens, sampling, recorder=recorder, **kw)
 
@@ -354,7 +389,9 @@ class Stepper:
             try:
                 if g.constraint is not None:
                     with probe.timer("constraint"):
-                        row[~g.constraint.allowed()] = -np.inf
+                        allowed = g.constraint.allowed()
+                        g.forced = np.count_nonzero(allowed) == 1
+                        row[~allowed] = -np.inf
                 out.append(best(row) if g.sampling.plain_greedy else
                            sample(row, g.sampling, g.rng, g.prompt_arr, np.asarray(g.generated, dtype=np.int64)))
             except Exception as e:       # (NoTokenLeft, a constraint's failure) this generation ends with
@@ -375,11 +412,11 @@ class Stepper:
         if gen.pending is not None:
             gen.token_logprobs.append(gen.pending.of(token))
         gen.emit((token, gen.decoder.add(token)))
-        # (no loop stop where a grammar or the format holds the text: what it forces may well repeat, a list of
-        # zeros, and cut short it would break the very shape it holds)
-        held = gen.constraint is not None and getattr(gen.constraint, "constraining", False)
+        # (no loop stop where the constraint forced the loop's tokens: a schema's thirty zeros had been cut, its
+        # JSON broken; a loop the model chose inside a held text, a string's "ababab", still stops)
+        gen.forced_run, gen.forced = (gen.forced_run + 1 if gen.forced else 0), False
         stop = stop_after(gen.generated, gen.max_tokens, gen.deadline, gen.cancelled,
-                          loops=not gen.ignore_eos and not held)
+                          loops=not gen.ignore_eos and gen.forced_run < LOOP_MIN_TOKENS)
         if stop is not None:
             self.finish(gen, stop)
             return False
@@ -425,17 +462,19 @@ class Stepper:
             save(gen.prompt, {i: (k, v) for i, k, v in saved[1]})
 
     def finish(self, gen: Generation, stop: str, eos: int | None = None) -> None:
+        t_end = time.perf_counter()      # (before the prompt cache's writes: they are no decode time)
         if gen.keep:
             gen.keep = False
             self.keep_prompt(gen)
         tail = gen.decoder.flush() if gen.decoder is not None else ""
         if tail:
             gen.emit((None, tail))
-        t_end = time.perf_counter()
         cache_stats = None
         if self.store is not None and gen.store_start is not None:
             cache_stats = self.store.snapshot(since=gen.store_start)
-            total = len(gen.prompt) + len(gen.generated)
+            # (the tokens computed: the prompt past its cached part, and each decode step's; the last token
+            # generated is never run)
+            total = len(gen.prompt) - gen.cached + gen.steps
             cache_stats["bytes_read_per_token"] = cache_stats["bytes_read"] / total if total else 0.0
         rec, report = gen.recorder, None
         if rec is not None:

@@ -338,11 +338,10 @@ class HarmonyParser:
         self._decoder = self.tokenizer.stream_decoder()
 
     def _header_role(self) -> str:
-        """The role a header after <|start|> names by its first word (a
-        role other than the assistant's: a message the model writes as
-        someone else), else the assistant's (text with no header)."""
-        words = self.tokenizer.decode(self._header).split(CHANNEL)[0].split()
-        return words[0] if words and words[0] in ROLES else "assistant"
+        """The role a header after <|start|> names by its first word, as a
+        full header's is read: a role, or an unknown word a tool's name (a
+        message the model writes as someone else, which the reply drops)."""
+        return _parse_header_text(self.tokenizer.decode(self._header), None, recipient_and_type=False)[0].role
 
     def _finish_header_only(self) -> None:
         # (role None: after <|start|>, the header's first word is its role, as in a full header; an unknown

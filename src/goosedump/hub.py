@@ -303,7 +303,15 @@ def _resolve(arg: str | None, download: bool) -> str:
         if have:
             return cached[wanted[0]]
         raise ModelNotFoundError(f"{arg}: not in the Hugging Face cache")
-    return download_model(name)[0]
+    try:
+        return download_model(name)[0]
+    except ModelNotFoundError as e:
+        if not have:
+            raise
+        # (the Hub answered but would not list the repo: gone, private, a lapsed token, a 5xx, a timeout)
+        import sys
+        print(f"goosedump: note: {e}; using the model in the Hugging Face cache, {wanted[0]}", file=sys.stderr)
+        return cached[wanted[0]]
 
 
 def _in_folder(folder: str, sel: str = "") -> str | None:

@@ -74,10 +74,11 @@ def estimate_memory(c: ModelConfig, layout: WeightLayout, budget: int, ctx: int,
 
 
 def auto_expert_budget(c: ModelConfig, layout: WeightLayout, ctx: int, prefill_tokens: int = 4096,
-                       available: int | None = None, source: str = ""):
-    """The expert cache budget `--expert-cache auto` takes (goosedump.budget.auto_budget)."""
+                       available: int | None = None, source: str = "", kv_caches: int = 1):
+    """The expert cache budget `--expert-cache auto` takes (goosedump.budget.auto_budget);
+    kv_caches: the KV caches the run may hold at once (a server's --max-batch)."""
     from .budget import auto_budget
     mem = estimate_memory(c, layout, 0, ctx, prefill_tokens)
     slot = layout.expert_slot_bytes
-    return auto_budget(layout.n_expert_slots * slot, slot, mem.dense + mem.kv_cache + mem.scratch,
+    return auto_budget(layout.n_expert_slots * slot, slot, mem.dense + kv_caches * mem.kv_cache + mem.scratch,
                        c.n_expert_used * c.n_layer * slot, c.n_expert_used * slot, available, source)

@@ -17,10 +17,10 @@ import numpy as np
 MAX_TOP = 20             # as OpenAI's top_logprobs
 
 
-def check_logprobs(n) -> None:
+def check_logprobs(n, name: str = "logprobs") -> None:
     """None (off) or the number of alternatives per token, 0..MAX_TOP."""
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_TOP):
-        raise ValueError(f"logprobs must be a number of alternatives from 0 to {MAX_TOP} (or None: off), got {n!r}")
+        raise ValueError(f"{name} must be a number of alternatives from 0 to {MAX_TOP} (or None: off), got {n!r}")
 
 
 class TokenLogprob(NamedTuple):

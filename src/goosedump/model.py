@@ -7,6 +7,7 @@ new."""
 from __future__ import annotations
 
 import os
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ from .gguf import GGUFError, GGUFFile
 from .kvcache import KVCache
 from .layout import auto_expert_budget, is_expert_tensor, weight_layout
 from .options import Options
+from .result import STOP_CANCELLED
 from .reply import ReplyStream
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
@@ -56,6 +58,10 @@ class Model:
         self._stepper: Stepper | None = None
         self._prompt_cache = None
         self._cache: KVCache | None = None
+        # the generation the cache is now that of, and the lock its steps take (generate_stream)
+        self._cache_user: Generation | None = None
+        self._cache_lock = threading.Lock()
+        self._closed = False
         self.on_note: Callable[[str], None] | None = None   # where notes on loading go (the CLI: stderr)
 
     @property
@@ -65,7 +71,8 @@ class Model:
         this n_ctx, else the memory left (goosedump.budget.auto_budget).
         Decided once, when first needed."""
         if self._budget is None:
-            auto = auto_expert_budget(self.config, self.layout, self.n_ctx, self.options.prefill_tokens)
+            auto = auto_expert_budget(self.config, self.layout, self.n_ctx, self.options.prefill_tokens,
+                                      kv_caches=self.options.kv_caches)
             self._budget, self.budget_note = auto.budget, auto.note
         elif self.budget_note is None and self._budget < self.layout.n_expert_slots * self.layout.expert_slot_bytes:
             c = self.config
@@ -167,6 +174,7 @@ class Model:
         `prompt_logprobs` give the same of each prompt token after the first
         (given the tokens before it; the whole prompt is then computed, no
         cached prefix reused)."""
+        self._check_open()
         if isinstance(prompt, str):
             # Raw text prompts may spell special tokens ("<|start|>..."), as in llama.cpp.
             prompt = self.tokenizer.encode(prompt, allow_special=True)
@@ -180,7 +188,26 @@ class Model:
                                constraint=constraint, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
         if self._cache is None:
             self._cache = self.new_cache()
-        return self.stepper.drive(gen, self._cache)
+        gen = self.stepper.drive(gen, self._cache)
+        inner = gen._drive
+
+        def step(g: Generation) -> None:
+            # One cache serves the model's generations, one at a time: a step of one whose cache another
+            # has written since (a stream set aside for another, two threads) would read the other's state,
+            # and two had both given wrong tokens without a word. Whichever steps ends the other first,
+            # cancelled: it stops with stop_reason "cancelled", its state not kept.
+            with self._cache_lock:
+                if g.done:
+                    return
+                user = self._cache_user
+                if user is not g and user is not None and not user.done:
+                    user.keep = False
+                    user.cancel(STOP_CANCELLED)
+                    self.stepper.finish(user, STOP_CANCELLED)
+                self._cache_user = g
+                inner(g)
+        gen._drive = step
+        return gen
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 256, time_budget: float | None = None,
                  on_text: Callable[[str], None] | None = None, profile: bool = False,
@@ -253,6 +280,7 @@ class Model:
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits at every position of tokens [T, V], from a fresh cache."""
+        self._check_open()
         ids = check_prompt(tokens, self.config.n_vocab)
         cache = self.new_cache(max(len(ids), 1))
         tr = self.transformer
@@ -277,14 +305,22 @@ class Model:
             from .reply_plan import format_grammar, rendered_format
             format_grammar(response_format)        # (checked: a PlanError names what is wrong)
             response_format = rendered_format(response_format)
+        elif response_format is not None and not hasattr(response_format, "schema"):
+            raise ValueError(f"response_format must be OpenAI's form (a dict: {{'type': 'json_schema', ...}}) or a "
+                             f"harmony.ResponseFormat, got {response_format!r}")
         return render_chat(self.tokenizer, self.chat_template, messages, reasoning_effort=reasoning_effort,
                            tools=tools, date=date, chat_format=chat_format, model_identity=model_identity,
                            response_format=response_format)
 
     def close(self) -> None:
+        self._closed = True
         if self._store is not None:
             self._store.close()
         self.file.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self.path}: the model is closed (load it again)")
 
     def __enter__(self) -> "Model":
         return self
@@ -311,6 +347,19 @@ def load(path: str | os.PathLike, n_ctx: int | None = None, threads: int | None 
     threads, expert_cache and page_cache."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{os.fspath(path)}: no such file")
+    if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int)):
+        raise ValueError(f"n_ctx must be a whole number of tokens, got {n_ctx!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= 4096):
+        raise ValueError(f"threads must be a number of threads from 0 (one per core) to 4096, got {threads!r}")
+    if expert_cache is not None and (isinstance(expert_cache, bool) or not isinstance(expert_cache, (int, str))):
+        raise ValueError(f"expert_cache must be a number of bytes, a size such as '2G', or 'auto'; "
+                         f"got {expert_cache!r}")
+    if not isinstance(page_cache, bool):
+        raise ValueError(f"page_cache must be True or False, got {page_cache!r}")
+    if options is not None and (threads is not None or expert_cache is not None or page_cache):
+        # (they had been dropped without a word)
+        raise ValueError("give options, or threads, expert_cache and page_cache, not both: options holds them "
+                         "(dataclasses.replace(options, threads=...))")
     if options is None:
         options = Options.from_env(expert_cache=expert_cache, threads=threads, page_cache=page_cache)
     return Model(path, n_ctx=n_ctx, options=options)

@@ -59,6 +59,8 @@ class Options:
     # re-read resident weights that the page cache holds in 4 KiB pages into
     # 2 MiB ones (goosedump.residency)
     huge_pages: bool = True
+    # KV caches the run may hold at once (serve: --max-batch), each a context's: auto counts them all
+    kv_caches: int = 1
 
     def __post_init__(self):
         if self.activations not in ACTIVATIONS:
@@ -83,7 +85,7 @@ class Options:
         folder = None if folder is None or folder.strip().lower() in OFF else os.path.expanduser(folder)
         if prompt_cache_size is not None:
             cache_bytes = parse_size(prompt_cache_size, "--prompt-cache-size")
-        elif env.get(ENV_PROMPT_CACHE_SIZE):
+        elif env.get(ENV_PROMPT_CACHE_SIZE) and folder is not None:     # (read where there is a cache)
             cache_bytes = parse_size(env[ENV_PROMPT_CACHE_SIZE], ENV_PROMPT_CACHE_SIZE)
         else:
             cache_bytes = 4 << 30

@@ -9,7 +9,7 @@ import sys
 import time
 
 from .chat import TOKENS_KEY, ChatError, _text
-from .harmony import CHANNEL, END, HEADER_LIMIT, MESSAGE, START
+from .harmony import CHANNEL, END, HEADER_LIMIT, HEADER_LIMIT_NAMED, MESSAGE, START
 from .limits import MAX_FLAG_FILE
 from .result import ContextOverflowError
 from .terminal import DIM, RESET, ReplyPrinter, print_cache, print_profile, print_reply, print_timings
@@ -55,7 +55,9 @@ def interrupted_tokens(tok, ids) -> list[int]:
     start, message, end, channel = (tok.special_token(t) for t in (START, MESSAGE, END, CHANNEL))
     last = max((i for i, t in enumerate(ids) if t == start), default=-1)
     tail = ids[last + 1:]
-    if message not in tail and len(tail) <= HEADER_LIMIT and (last >= 0 or channel in tail or not tail):
+    # (the parser's own bound on a header: longer where it names a channel or recipient)
+    limit = HEADER_LIMIT_NAMED if channel in tail or " to=" in " " + tok.decode(tail) else HEADER_LIMIT
+    if message not in tail and len(tail) <= limit and (last >= 0 or channel in tail or not tail):
         ids = ids[:max(last, 0)]
     return ids[:-1] if ids and ids[-1] == end else ids
 

@@ -47,7 +47,8 @@ def function_name(recipient: str | None, channel: str | None = None, tools: froz
 
 def item_kind(role: str | None, channel: str | None, recipient: str | None,
               tools: frozenset = frozenset()) -> str | None:
-    if function_name(recipient, channel, tools) is not None and (role == "assistant" or recipient.startswith(FUNCTIONS)):
+    if function_name(recipient, channel, tools) is not None and \
+            (role == "assistant" or recipient.startswith(FUNCTIONS)):
         return "tool_call"
     if recipient is not None and not recipient.startswith("<|") and ("." in recipient or recipient == "python"):
         return None    # a call to a tool this API does not serve (browser.search, python): not the answer

@@ -262,12 +262,6 @@ class Gate:
     def _enter_header(self) -> None:
         self._node, self._body = self._headers(), None
 
-    @property
-    def constraining(self) -> bool:
-        """Whether the tokens now are the format's or a grammar's (a header,
-        a held body), not the model's free text."""
-        return bool(self._forced) or self._node is not None or self._body[1] is not None
-
     # -- the steps
     def allowed(self) -> np.ndarray:
         if self._forced:
@@ -336,8 +330,6 @@ class Free:
         # message ends): only end-of-generation ones end a raw completion
         self.stops = sorted(set(self.ends) | {tok.special_token(t) for t in ("<|return|>", "<|end|>", "<|call|>")
                                                if _has(tok, t)})
-
-    constraining = True       # (every token is the grammar's)
 
     def allowed(self) -> np.ndarray:
         mask = self.matcher.allowed()

@@ -233,7 +233,8 @@ def planned_bytes(preset: Preset | str, recipe: str = DEFAULT_RECIPE, routing: s
 def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0,
                 progress: bool = False, vocab=None,
                 edit: Callable[[list, list], None] | None = None, routing: str = "uniform",
-                recipe: str = DEFAULT_RECIPE, split_max_size: int | None = None) -> int:
+                recipe: str = DEFAULT_RECIPE, split_max_size: int | None = None,
+                paths_out: list | None = None) -> int:
     """Write a synthetic model. `recipe` picks each tensor's type as the
     published files do (goosedump.recipes); `split_max_size` (bytes of tensor
     data per file) writes a split set NAME-00001-of-0000N.gguf, ... as
@@ -241,7 +242,7 @@ def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0
     merges) replaces the real vocabulary (tests use small ones);
     `edit(kv, tensors)` may change the description before anything is
     written (tests use it to craft bad files). Returns the number of bytes
-    written (all parts)."""
+    written (all parts); paths_out, if given, receives the files' paths."""
     p = PRESETS[preset] if isinstance(preset, str) else preset
     kv = metadata(p, vocab)
     n_vocab = len(kv[[k for k, *_ in kv].index("tokenizer.ggml.tokens")][2])
@@ -252,6 +253,8 @@ def write_model(out_path: str | os.PathLike, preset: Preset | str, seed: int = 0
         edit(kv, specs)
     parts = split_specs(specs, split_max_size) if split_max_size else [specs]
     paths = [os.fspath(out_path)] if len(parts) == 1 else split_paths(os.fspath(out_path), len(parts))
+    if paths_out is not None:
+        paths_out.extend(paths)
     total = sum(tensor_nbytes(t.type, t.dims) for t in specs)
     bar = None
     if progress:

@@ -21,7 +21,7 @@ from .bridge import EventStream, Submitted
 from .completions import text_pieces
 from .errors import bad_request
 from .ollama_params import OFF, SAMPLING, num_predict, read_options
-from .params import check_text_fits, sampling_params, token_ids
+from .params import check_text_fits, sampler_off, sampling_params, token_ids
 from .schemas import Fields, Stream, WholeInt, openapi_extra
 from .sse import sse, stream_error
 
@@ -146,7 +146,7 @@ async def handle(server, body: LlamaCompletionBody, request: Request):
     given = body.model_dump(exclude_unset=True)
     for key, off in LLAMA_OFF.items():
         value = given.get(key)
-        if value is not None and (value != off or type(value) is not type(off) and isinstance(off, bool)):
+        if value is not None and not sampler_off(key, value, off):
             raise bad_request(f"{key}={value!r} is not supported: goosedump has no such sampler or switch (leave "
                               f"it out, or at {str(off).lower() if isinstance(off, bool) else off})", param=key)
     for key in ("top_k", "temperature"):     # llama.cpp: top_k <= 0 is off, temperature <= 0 greedy

@@ -90,6 +90,14 @@ UNSUPPORTED_SAMPLERS = {"mirostat": 0, "tfs_z": 1, "typical_p": 1, "dry_multipli
                         "dynatemp_range": 0, "top_n_sigma": -1, "ignore_eos": False}
 
 
+def sampler_off(key: str, value, off) -> bool:
+    """Whether a sampler's value is the one that turns it off (top_n_sigma:
+    any at or below 0, as llama.cpp applies it; SillyTavern sends 0)."""
+    if key == "top_n_sigma":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0
+    return value == off and isinstance(value, bool) == isinstance(off, bool)
+
+
 def check_common(b: Fields, choices: bool = False) -> None:
     """Fields every generating route checks alike; choices: the route gives
     several (n, server/choices.py), else n must be 1."""
@@ -103,7 +111,7 @@ def check_common(b: Fields, choices: bool = False) -> None:
         raise bad_request(f"time_budget must be a number of seconds > 0, got {b.time_budget}", param="time_budget")
     for key, off in UNSUPPORTED_SAMPLERS.items():
         value = (b.model_extra or {}).get(key)
-        if value is not None and (value != off or isinstance(value, bool) != isinstance(off, bool)):
+        if value is not None and not sampler_off(key, value, off):
             raise bad_request(f"{key}={value!r} is not supported: goosedump has no such sampler or switch (leave "
                               f"it out, or at {str(off).lower() if isinstance(off, bool) else off})", param=key)
 

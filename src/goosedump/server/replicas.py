@@ -72,7 +72,7 @@ def build_replica_app(spec: dict):
     options = dataclasses.replace(
         Options.from_env(expert_cache=spec["expert_cache"], threads=spec["threads"], page_cache=spec["page_cache"],
                          prompt_cache=spec["prompt_cache"]),
-        prompt_cache_bytes=spec["prompt_cache_bytes"])
+        prompt_cache_bytes=spec["prompt_cache_bytes"], kv_caches=spec["max_batch"])
     model = load(spec["model"], n_ctx=spec["ctx"], options=options)
     model.stepper             # map the weights now: the replica is routed to once this returns
     name = spec["model_name"] or os.path.basename(model.path).removesuffix(".gguf")
