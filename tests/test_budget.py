@@ -130,3 +130,20 @@ def test_a_budget_under_one_tokens_experts_is_warned_of(tmp_path, small_vocab):
         assert m.expert_budget == int(size[:-1]) << 20
         assert (m.budget_note is not None and "less than one token's experts" in m.budget_note) == warned
     assert 2 << 20 < per_token < 16 << 20
+
+
+def test_auto_counts_every_kv_cache_a_server_keeps(tiny_path):
+    """serve keeps a KV cache per request it decodes at once (--max-batch):
+    auto counts them all (it had counted one)."""
+    import goosedump
+    from goosedump.layout import auto_expert_budget, estimate_memory
+    m = goosedump.load(tiny_path)
+    c, lay = m.config, m.layout
+    mem = estimate_memory(c, lay, 0, 4096)
+    experts = lay.n_expert_slots * lay.expert_slot_bytes
+    # room for the experts beside one KV cache (and auto's margin), not beside eight
+    need = mem.dense + mem.kv_cache + mem.scratch + experts + budget.MARGIN_BYTES
+    room = int(need / (1 - budget.MARGIN_SHARE)) + 4096
+    assert mem.kv_cache * 7 > 2 * 4096     # (more than the slack room leaves)
+    assert auto_expert_budget(c, lay, 4096, available=room, source="test").in_memory
+    assert not auto_expert_budget(c, lay, 4096, available=room, source="test", kv_caches=8).in_memory

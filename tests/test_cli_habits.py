@@ -574,6 +574,15 @@ def test_inspect_and_bench_name_the_value(tiny_path, args, needles):
     fail(cli(*[a.format(m=tiny_path) for a in args]), *needles)
 
 
+def test_inspect_reads_no_setting_of_the_environment(tiny_path):
+    """--expert-cache wins over the variable, and inspect, which has no
+    prompt cache, reads none of its settings (both had failed it)."""
+    out = cli("inspect", tiny_path, "--expert-cache", "2G", env={"GOOSEDUMP_EXPERT_CACHE_SIZE": "2g"})
+    assert out.returncode == 0, out.stderr
+    out = cli("inspect", tiny_path, env={"GOOSEDUMP_PROMPT_CACHE_SIZE": "2g"})
+    assert out.returncode == 0, out.stderr
+
+
 def test_inspect_ctx_zero_is_the_models_own(tiny_path):
     import json as _json
     out = cli("inspect", tiny_path, "-c", "0", "--json")

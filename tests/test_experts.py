@@ -90,8 +90,19 @@ def test_pinned_slots_are_never_evicted(t120_path):
 def test_budget_too_small_for_a_token(t120_path):
     m = goosedump.load(t120_path)
     _, slot = experts_mod.slot_layout(m.file, m.config)
-    with pytest.raises(ValueError, match=r"holds 3 expert slots .* a token needs 4 at once: give at least"):
+    with pytest.raises(ValueError, match=r"an expert cache \(--expert-cache, \$GOOSEDUMP_EXPERT_CACHE_SIZE\) of .* "
+                                         r"holds 3 expert slots .* a token needs 4 at once: give at least"):
         ExpertStore(m.file, m.config, 3 * slot + 10)
+
+
+def test_bytes_read_per_token_count_the_tokens_computed(t120_path):
+    """(the prompt and every generated token had been counted, the last of
+    which is never run, and a cached prompt's tokens, which read nothing)"""
+    m = goosedump.load(t120_path, expert_cache=2 << 20)
+    r = m.generate(PROMPT, max_tokens=6)
+    st = r.expert_cache
+    assert st["bytes_read"] > 0
+    assert st["bytes_read_per_token"] == st["bytes_read"] / (len(PROMPT) - r.cached_tokens + r.decode_steps)
 
 
 def test_generation_through_a_small_cache_equals_in_place(t120_path):

@@ -444,3 +444,18 @@ def test_a_shorter_context_skips_a_longer_entry_and_keeps_it(tiny_path, folder):
     assert r.cached_tokens == 0 and r.token_ids == load(tiny_path).generate(prompt, 2, reuse_cache=False).token_ids
     assert os.path.exists(entry) and short.prompt_cache.rejected == 0
     short.close()
+
+
+def test_the_prompt_caches_writes_are_no_decode_time(tiny_path, folder, monkeypatch):
+    """The entries written at a generation's end (the prompt's state) had
+    been counted in decode_seconds and the decode rate."""
+    m = load(tiny_path, folder)
+    slow = PromptCache._save
+
+    def late(self, *a, **kw):
+        time.sleep(0.5)
+        return slow(self, *a, **kw)
+    monkeypatch.setattr(PromptCache, "_save", late)
+    r = m.generate(chat_prompt(m, "Why is the sky blue?"), 3)
+    assert entries(folder), "the state was written"
+    assert r.decode_seconds < 0.5, r.decode_seconds
