@@ -126,7 +126,7 @@ def test_a_trickling_client_is_timed_out_while_others_are_served(served):
     base, port = served
     body = json.dumps({"model": "m", "messages": USER, "max_tokens": 2}).encode()
     with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:10])
         t0 = time.monotonic()
         chat_ok(base)                               # served while the other waits

@@ -148,7 +148,7 @@ def test_a_client_that_hangs_up_mid_body_leaves_no_traceback(served):
     base, log = served
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100\r\n\r\n{\"messages\":")
         time.sleep(0.3)
     time.sleep(0.5)
